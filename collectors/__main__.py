@@ -1,0 +1,5 @@
+"""Allow ``python -m collectors``."""
+
+from collectors.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""The run loop: sample every GPU on a fixed schedule, batch, spool, and let the shipper ship.
+
+Sampling runs on the main thread on a schedule anchored to a monotonic clock (tick k is due
+at start + k * interval), so slow reads or a busy host do not make the sampling rate drift;
+ticks that are missed entirely are skipped rather than bunched up. Shipping runs on its own
+thread so that a slow or absent server never delays a reading.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from collectors import batch as wire
+from collectors.energy import EnergyAccountant
+from collectors.shipper import Shipper
+from collectors.sources import GpuSource
+from collectors.spool import Spool
+
+log = logging.getLogger(__name__)
+
+MAX_GAP_INTERVALS = 5.0  # counter deltas over more than 5 intervals are not trusted
+
+
+@dataclass
+class AgentStats:
+    samples: int = 0
+    batches: int = 0
+    skipped_ticks: int = 0
+
+
+class Agent:
+    def __init__(
+        self,
+        source: GpuSource,
+        spool: Spool,
+        shipper: Shipper | None,
+        interval_s: float = 1.0,
+        batch_seconds: float = 10.0,
+        flush_timeout_s: float = 5.0,
+    ) -> None:
+        if interval_s <= 0 or batch_seconds <= 0:
+            raise ValueError("interval and batch seconds must be positive")
+        self.source = source
+        self.spool = spool
+        self.shipper = shipper
+        self.interval_s = interval_s
+        self.batch_seconds = batch_seconds
+        self.flush_timeout_s = flush_timeout_s
+        self.indexes = [g.index for g in source.gpus()]
+        self.energy = EnergyAccountant(max_gap_s=MAX_GAP_INTERVALS * interval_s)
+        self.buffer = wire.SampleBuffer()
+        self.stats = AgentStats()
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Safe from a signal handler: only sets a flag the loop checks."""
+        self._stop.set()
+
+    def sample_once(self) -> None:
+        """Read every GPU once. The hot path: no per-sample dicts, a few list appends."""
+        ts = time.time()  # wall clock for the data; the monotonic clock for the energy dt
+        mono = time.monotonic()
+        read, update, append = self.source.read, self.energy.update, self.buffer.append
+        for index in self.indexes:
+            r = read(index)
+            energy_j, method = update(index, mono, r.energy_mj, r.power_w)
+            append(ts, index, r, energy_j, method)
+        self.stats.samples += len(self.indexes)
+
+    def seal_batch(self) -> str | None:
+        """Move the buffered samples into the spool as one batch; returns its id."""
+        n = len(self.buffer)
+        if n == 0:
+            return None
+        doc = wire.build_batch(self.buffer.columns(), self.source.kind)
+        self.spool.put(doc["batch_id"], wire.encode(doc), n)
+        self.buffer.clear()
+        self.stats.batches += 1
+        if self.shipper is not None:
+            self.shipper.wake()
+        return doc["batch_id"]
+
+    def run(self) -> AgentStats:
+        if self.shipper is not None:
+            self.shipper.start()
+        start = time.monotonic()
+        tick = 0
+        next_batch_at = start + self.batch_seconds
+        log.info(
+            "sampling %d GPU(s) from %s every %gs, a batch every %gs",
+            len(self.indexes),
+            self.source.kind,
+            self.interval_s,
+            self.batch_seconds,
+        )
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.sample_once()
+                except Exception:  # one bad read must not end the monitoring
+                    log.exception("sampling failed; continuing")
+                now = time.monotonic()
+                if now >= next_batch_at:
+                    self.seal_batch()
+                    next_batch_at += self.batch_seconds * max(
+                        1, int((now - next_batch_at) // self.batch_seconds) + 1
+                    )
+                tick += 1
+                due = start + tick * self.interval_s
+                if due < now:  # overran: skip the ticks we missed instead of bunching them
+                    missed = int((now - due) // self.interval_s) + 1
+                    self.stats.skipped_ticks += missed
+                    tick += missed
+                    due = start + tick * self.interval_s
+                self._stop.wait(due - now)
+        finally:
+            self.shutdown()
+        return self.stats
+
+    def shutdown(self) -> None:
+        self.seal_batch()
+        if self.shipper is not None:
+            flushed = self.shipper.flush(self.flush_timeout_s)
+            self.shipper.stop(join_timeout_s=0.5)
+            if not flushed:
+                log.warning(
+                    "%d batch(es) left in the spool %s; they will be sent on the next start",
+                    self.spool.depth(),
+                    self.spool.path,
+                )
+        log.info(
+            "stopped: samples=%d batches=%d skipped_ticks=%d spool_depth=%d",
+            self.stats.samples,
+            self.stats.batches,
+            self.stats.skipped_ticks,
+            self.spool.depth(),
+        )

@@ -1,0 +1,102 @@
+"""The columnar sample buffer and the v1 wire encoding of a batch.
+
+Samples are appended to one list per field rather than stored as a dict per sample: the hot
+path then costs a few list appends, and the JSON is already in the columnar shape the server
+parses (one array per field, all of the same length).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import uuid
+from typing import Any
+
+from collectors import __version__
+from collectors.sources import Reading
+
+FIELDS = (
+    "ts",
+    "gpu_index",
+    "util_pct",
+    "mem_used_mib",
+    "power_w",
+    "energy_mj",
+    "energy_j",
+    "energy_method",
+    "temp_c",
+    "sm_clock_mhz",
+)
+
+
+class SampleBuffer:
+    """Samples gathered since the last batch, one list per wire field."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.ts: list[float] = []
+        self.gpu_index: list[int] = []
+        self.util_pct: list[float | None] = []
+        self.mem_used_mib: list[float | None] = []
+        self.power_w: list[float | None] = []
+        self.energy_mj: list[int | None] = []
+        self.energy_j: list[float | None] = []
+        self.energy_method: list[str | None] = []
+        self.temp_c: list[float | None] = []
+        self.sm_clock_mhz: list[float | None] = []
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def append(
+        self,
+        ts: float,
+        gpu_index: int,
+        r: Reading,
+        energy_j: float | None,
+        energy_method: str | None,
+    ) -> None:
+        self.ts.append(ts)
+        self.gpu_index.append(gpu_index)
+        self.util_pct.append(r.util_pct)
+        self.mem_used_mib.append(r.mem_used_mib)
+        self.power_w.append(r.power_w)
+        self.energy_mj.append(r.energy_mj)
+        self.energy_j.append(energy_j)
+        self.energy_method.append(energy_method)
+        self.temp_c.append(r.temp_c)
+        self.sm_clock_mhz.append(r.sm_clock_mhz)
+
+    def columns(self) -> dict[str, list[Any]]:
+        return {name: getattr(self, name) for name in FIELDS}
+
+
+def build_batch(columns: dict[str, list[Any]], source: str, batch_id: str | None = None) -> dict:
+    """The v1 batch document. The id is fixed here, once: every resend carries the same one."""
+    return {
+        "batch_id": batch_id or str(uuid.uuid4()),
+        "agent_version": __version__,
+        "sent_at": time.time(),
+        "source": source,
+        "samples": columns,
+    }
+
+
+def encode(doc: dict) -> bytes:
+    # mtime=0 keeps the bytes a pure function of the document (handy for tests and dedupe).
+    return gzip.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"), mtime=0)
+
+
+def decode(payload: bytes) -> dict:
+    return json.loads(gzip.decompress(payload))
+
+
+def restamp(payload: bytes, sent_at: float) -> bytes:
+    """Set ``sent_at`` to the moment of sending: a spooled batch may go out hours late, and
+    the server compares ``sent_at`` with its own clock to spot agent clock skew."""
+    doc = decode(payload)
+    doc["sent_at"] = sent_at
+    return encode(doc)

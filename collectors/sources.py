@@ -1,0 +1,195 @@
+"""GPU sources: the protocol the agent samples, and the NVML implementation.
+
+A source hands out one :class:`Reading` per GPU per tick. Every metric may be ``None``:
+not every GPU supports every NVML query (energy counters need Volta or newer, some
+boards hide power), and a missing metric must never stop the others from being sampled.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, NamedTuple, Protocol
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Static facts about one GPU, sent once per start in the inventory."""
+
+    index: int
+    uuid: str
+    name: str
+    power_limit_w: float | None
+    memory_total_mib: int | None
+
+
+class Reading(NamedTuple):
+    """One reading of one GPU. A NamedTuple, not a dataclass: it is built every tick."""
+
+    util_pct: float | None
+    mem_used_mib: float | None
+    power_w: float | None
+    energy_mj: int | None  # NVML total-energy counter: mJ since the driver was loaded
+    temp_c: float | None
+    sm_clock_mhz: float | None
+
+
+class GpuSource(Protocol):
+    kind: str  # "nvml" or "simulated": goes into every batch's "source" field
+
+    def gpus(self) -> list[GpuInfo]: ...
+
+    def read(self, index: int) -> Reading: ...
+
+    def close(self) -> None: ...
+
+
+class NvmlUnavailable(RuntimeError):
+    """NVML cannot be used on this host (no driver, no library, or init failed)."""
+
+
+# NVML error codes, used when the lib object does not define the constant itself.
+_NVML_ERROR_NOT_SUPPORTED = 3
+_NVML_ERROR_DRIVER_NOT_LOADED = 9
+_NVML_ERROR_LIBRARY_NOT_FOUND = 12
+_NVML_ERROR_FUNCTION_NOT_FOUND = 13
+
+
+def _text(value: bytes | str) -> str:
+    # pynvml before 11.x returned bytes for names and UUIDs; newer versions return str.
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def load_nvml_lib(dotted: str | None = None) -> Any:
+    """Import pynvml, or a module with the same function names (for tests and benchmarks)."""
+    name = dotted or "pynvml"
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if dotted:
+            raise NvmlUnavailable(f"cannot import NVML module {dotted!r} ({exc})") from exc
+        raise NvmlUnavailable("the nvidia-ml-py package (pynvml) is not installed") from exc
+
+
+class NvmlSource:
+    """Reads GPUs through NVML. ``lib`` is pynvml or any object with its function names."""
+
+    kind = "nvml"
+
+    def __init__(self, lib: ModuleType | Any | None = None) -> None:
+        self._lib = lib if lib is not None else load_nvml_lib()
+        self._nvml_error: type[BaseException] = getattr(self._lib, "NVMLError", Exception)
+        self._not_supported = {
+            getattr(self._lib, "NVML_ERROR_NOT_SUPPORTED", _NVML_ERROR_NOT_SUPPORTED),
+            getattr(self._lib, "NVML_ERROR_FUNCTION_NOT_FOUND", _NVML_ERROR_FUNCTION_NOT_FOUND),
+        }
+        try:
+            self._lib.nvmlInit()
+        except self._nvml_error as exc:
+            code = getattr(exc, "value", None)
+            no_driver = {
+                getattr(self._lib, "NVML_ERROR_DRIVER_NOT_LOADED", _NVML_ERROR_DRIVER_NOT_LOADED),
+                getattr(self._lib, "NVML_ERROR_LIBRARY_NOT_FOUND", _NVML_ERROR_LIBRARY_NOT_FOUND),
+            }
+            what = "NVIDIA driver not found" if code in no_driver else "NVML failed to start"
+            raise NvmlUnavailable(f"{what} (NVML: {exc})") from exc
+        except OSError as exc:  # a broken libnvidia-ml.so can surface as an OSError
+            raise NvmlUnavailable(f"NVIDIA driver not found (NVML: {exc})") from exc
+        self._closed = False
+        self._temp_sensor = getattr(self._lib, "NVML_TEMPERATURE_GPU", 0)
+        self._sm_clock = getattr(self._lib, "NVML_CLOCK_SM", 1)
+        # Per GPU, the metrics NVML said are unsupported: never asked again, because a
+        # failing NVML call can cost milliseconds and the answer will not change.
+        self._unsupported: dict[int, set[str]] = {}
+        self._handles: dict[int, Any] = {}
+        self._gpus = self._discover()
+
+    def _discover(self) -> list[GpuInfo]:
+        lib = self._lib
+        gpus: list[GpuInfo] = []
+        count = self._call(-1, "count", lib.nvmlDeviceGetCount) or 0
+        for index in range(count):
+            try:
+                handle = lib.nvmlDeviceGetHandleByIndex(index)
+            except self._nvml_error as exc:
+                # A GPU that fell off the bus must not keep the others from being monitored.
+                log.warning("GPU %d: cannot get an NVML handle (%s); skipping it", index, exc)
+                continue
+            self._handles[index] = handle
+            self._unsupported[index] = set()
+            uuid = self._call(index, "uuid", lib.nvmlDeviceGetUUID, handle)
+            name = self._call(index, "name", lib.nvmlDeviceGetName, handle)
+            get_limit = getattr(lib, "nvmlDeviceGetPowerManagementLimit", None)
+            limit_mw = self._call(index, "power_limit", get_limit, handle)
+            mem = self._call(index, "memory_info", lib.nvmlDeviceGetMemoryInfo, handle)
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    uuid=_text(uuid) if uuid is not None else f"unknown-{index}",
+                    name=_text(name) if name is not None else "unknown",
+                    power_limit_w=limit_mw / 1000.0 if limit_mw is not None else None,
+                    memory_total_mib=int(mem.total // MIB) if mem is not None else None,
+                )
+            )
+        return gpus
+
+    def _call(self, index: int, metric: str, fn: Callable[..., Any] | None, *args: Any) -> Any:
+        """Call one NVML function; an error becomes None (gpustat-style), never a crash."""
+        unsupported = self._unsupported.get(index)
+        if unsupported is not None and metric in unsupported:
+            return None
+        if fn is None:  # an old pynvml without this function
+            if unsupported is not None:
+                unsupported.add(metric)
+            return None
+        try:
+            return fn(*args)
+        except self._nvml_error as exc:
+            if getattr(exc, "value", None) in self._not_supported and unsupported is not None:
+                unsupported.add(metric)
+                log.info("GPU %d: %s not supported by NVML; not asking again", index, metric)
+            else:
+                # Transient (GPU busy, timeout, lost): None now, ask again next tick.
+                log.debug("GPU %d: %s failed (%s)", index, metric, exc)
+            return None
+
+    def gpus(self) -> list[GpuInfo]:
+        return list(self._gpus)
+
+    def unsupported(self, index: int) -> frozenset[str]:
+        return frozenset(self._unsupported.get(index, ()))
+
+    def read(self, index: int) -> Reading:
+        lib, handle, call = self._lib, self._handles[index], self._call
+        util = call(index, "util_pct", lib.nvmlDeviceGetUtilizationRates, handle)
+        mem = call(index, "mem_used_mib", lib.nvmlDeviceGetMemoryInfo, handle)
+        power_mw = call(index, "power_w", lib.nvmlDeviceGetPowerUsage, handle)
+        energy_mj = call(
+            index, "energy_mj", getattr(lib, "nvmlDeviceGetTotalEnergyConsumption", None), handle
+        )
+        temp = call(index, "temp_c", lib.nvmlDeviceGetTemperature, handle, self._temp_sensor)
+        clock = call(index, "sm_clock_mhz", lib.nvmlDeviceGetClockInfo, handle, self._sm_clock)
+        return Reading(
+            float(util.gpu) if util is not None else None,
+            mem.used / MIB if mem is not None else None,
+            power_mw / 1000.0 if power_mw is not None else None,  # NVML reports mW
+            int(energy_mj) if energy_mj is not None else None,
+            float(temp) if temp is not None else None,
+            float(clock) if clock is not None else None,
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._lib.nvmlShutdown()
+        except self._nvml_error as exc:
+            log.debug("nvmlShutdown failed: %s", exc)

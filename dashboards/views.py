@@ -1,0 +1,70 @@
+"""Pages. Thin: access check, one query function, render."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db import connection
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+
+from dashboards import figures
+from greenops.teams.models import team_for_user_or_404
+from greenops.telemetry.models import Host
+from greenops.telemetry.queries import RANGES, host_usage, team_usage
+
+
+def _range(request: HttpRequest) -> str:
+    key = request.GET.get("range", "day")
+    if key not in RANGES:
+        raise Http404("Unknown range")
+    return key
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    memberships = request.user.memberships.select_related("team").order_by("team__name")
+    return render(request, "dashboards/home.html", {"memberships": memberships})
+
+
+@login_required
+def team_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
+    team = team_for_user_or_404(request.user, slug)
+    key = _range(request)
+    usage = team_usage(team, key)
+    hosts = list(team.hosts.prefetch_related("gpus"))
+    ctx = {
+        "team": team,
+        "usage": usage,
+        "figures": figures.dashboard_figures(usage),
+        "hosts": hosts,
+        "ranges": RANGES,
+        "range_key": key,
+        "now": timezone.now(),
+    }
+    return render(request, "dashboards/team.html", ctx)
+
+
+@login_required
+def host_detail(request: HttpRequest, slug: str, host_id: int) -> HttpResponse:
+    team = team_for_user_or_404(request.user, slug)
+    host = get_object_or_404(Host, id=host_id, team=team)
+    key = _range(request)
+    usage = host_usage(host, key)
+    ctx = {
+        "team": team,
+        "host": host,
+        "gpus": host.gpus.all(),
+        "usage": usage,
+        "figures": figures.dashboard_figures(usage),
+        "ranges": RANGES,
+        "range_key": key,
+        "online": host.is_online(),
+    }
+    return render(request, "dashboards/host.html", ctx)
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return JsonResponse({"ok": True, "database": connection.vendor})

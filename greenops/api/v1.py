@@ -1,0 +1,145 @@
+"""The versioned JSON API (django-ninja; OpenAPI schema at /api/v1/openapi.json, docs at
+/api/v1/docs). Handlers only translate HTTP to the domain functions."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest
+from ninja import NinjaAPI, Schema
+from ninja.responses import Status
+from ninja.security import django_auth
+
+from greenops.teams.models import team_for_user_or_404
+from greenops.telemetry import ingest
+from greenops.telemetry.queries import RANGES, team_usage
+from greenops.telemetry.wire import IngestError
+
+api = NinjaAPI(
+    title="GreenOps API",
+    version="1",
+    urls_namespace="api-v1",
+    description="Host agents send GPU samples; people read their teams' usage.",
+)
+
+
+@api.exception_handler(IngestError)
+def on_ingest_error(request: HttpRequest, exc: IngestError):
+    response = api.create_response(request, exc.as_dict(), status=exc.status)
+    if exc.status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="greenops"'
+    return response
+
+
+@api.exception_handler(Http404)
+def on_not_found(request: HttpRequest, exc: Http404):
+    return api.create_response(request, {"error": "not_found", "field": None,
+                                         "message": str(exc) or "not found"}, status=404)
+
+
+class Accepted(Schema):
+    batch_id: str
+    status: str
+    samples: int
+
+
+class ErrorOut(Schema):
+    error: str
+    field: str | None
+    message: str
+
+
+_COLUMN = {"type": "array", "items": {"type": ["number", "null"]}}
+BATCH_SCHEMA = {
+    "type": "object",
+    "required": ["batch_id", "source", "samples"],
+    "properties": {
+        "batch_id": {"type": "string", "format": "uuid",
+                     "description": "Fixed when the agent spools the batch; a resend is a no-op."},
+        "agent_version": {"type": "string"},
+        "sent_at": {"type": "number", "description": "Agent clock, Unix seconds."},
+        "source": {"type": "string", "enum": ["nvml", "simulated"]},
+        "samples": {
+            "type": "object",
+            "description": "Columnar: one array per field, all the same length.",
+            "properties": {
+                "ts": {"type": "array", "items": {"type": "number"},
+                       "description": "Unix seconds"},
+                "gpu_index": {"type": "array", "items": {"type": "integer"}},
+                "util_pct": _COLUMN, "mem_used_mib": _COLUMN, "power_w": _COLUMN,
+                "energy_mj": {"type": "array", "items": {"type": ["integer", "null"]},
+                              "description": "NVML total-energy counter, mJ"},
+                "energy_j": {**_COLUMN, "description": "Energy since this GPU's previous sample"},
+                "energy_method": {"type": "array",
+                                  "items": {"enum": ["counter", "power", None]}},
+                "temp_c": _COLUMN, "sm_clock_mhz": _COLUMN,
+            },
+        },
+    },
+}
+
+
+def _auth_header(request: HttpRequest) -> str | None:
+    return request.headers.get("Authorization")
+
+
+@api.post(
+    "/samples",
+    response={202: Accepted, 400: ErrorOut, 401: ErrorOut, 409: ErrorOut, 413: ErrorOut,
+              415: ErrorOut, 422: ErrorOut},
+    summary="Send a batch of GPU samples (host token)",
+    openapi_extra={
+        "requestBody": {"required": True,
+                        "content": {"application/json": {"schema": BATCH_SCHEMA}}},
+        "security": [{"HostToken": []}],
+    },
+)
+def post_samples(request: HttpRequest):
+    host = ingest.host_for_token(_auth_header(request))
+    return Status(
+        202, ingest.accept_batch(host, request.body, request.headers.get("Content-Encoding"))
+    )
+
+
+class GpuOut(Schema):
+    index: int
+    uuid: str
+    name: str
+    power_limit_w: float | None
+    memory_total_mib: float | None
+
+
+class InventoryOut(Schema):
+    host: str
+    gpus: list[GpuOut]
+
+
+@api.post(
+    "/inventory",
+    response={200: InventoryOut, 400: ErrorOut, 401: ErrorOut, 422: ErrorOut},
+    summary="Register the host's GPUs (host token)",
+)
+def post_inventory(request: HttpRequest):
+    host = ingest.host_for_token(_auth_header(request))
+    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    gpus = ingest.register_inventory(host, doc)
+    return Status(200, {"host": host.name, "gpus": gpus})
+
+
+class TeamOut(Schema):
+    slug: str
+    name: str
+    role: str
+
+
+@api.get("/teams", response=list[TeamOut], auth=django_auth, summary="Your teams")
+def list_teams(request: HttpRequest):
+    memberships = request.user.memberships.select_related("team").order_by("team__name")
+    return [{"slug": m.team.slug, "name": m.team.name, "role": m.role} for m in memberships]
+
+
+@api.get("/teams/{slug}/usage", auth=django_auth, response={200: dict, 404: ErrorOut},
+         summary="GPU utilisation, power and energy per GPU over a range")
+def get_usage(request: HttpRequest, slug: str, range: str = "day"):
+    team = team_for_user_or_404(request.user, slug)
+    if range not in RANGES:
+        raise IngestError(422, "validation_error", "range", f"one of {', '.join(RANGES)}")
+    return Status(200, team_usage(team, range))

@@ -1,0 +1,180 @@
+"""One environment-driven settings module.
+
+Every knob is an environment variable with a default that works for a newcomer: SQLite and
+in-process tasks. Setting DATABASE_URL / REDIS_URL switches to PostgreSQL and Celery on Redis.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def envbool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def envint(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def envfloat(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+def envlist(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def database_from_url(url: str) -> dict:
+    """Parse postgres://user:pass@host:port/name or sqlite:///path into Django's dict."""
+    parsed = urlparse(url)
+    if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")) or "greenops",
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "CONN_MAX_AGE": envint("DB_CONN_MAX_AGE", 60),
+            "CONN_HEALTH_CHECKS": True,
+        }
+    if parsed.scheme == "sqlite":
+        path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else parsed.path
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path or BASE_DIR / "var/db.sqlite3"}
+    raise ValueError(f"DATABASE_URL: unsupported scheme {parsed.scheme!r}")
+
+
+DATA_DIR = Path(os.environ.get("GREENOPS_DATA_DIR", BASE_DIR / "var"))
+
+SECRET_KEY = os.environ.get("SECRET_KEY", "dev-only-insecure-key-change-me")
+DEBUG = envbool("DEBUG", False)
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
+SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "ninja",
+    "greenops.teams",
+    "greenops.telemetry",
+    "dashboards",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "greenops.urls"
+WSGI_APPLICATION = "greenops.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": database_from_url(
+        os.environ.get("DATABASE_URL", f"sqlite:///{DATA_DIR / 'greenops.sqlite3'}")
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", BASE_DIR / "staticfiles"))
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "dashboards.staticfinders.PlotlyFinder",
+]
+# Serve from the app dirs without collectstatic in the demo; production runs collectstatic.
+WHITENOISE_USE_FINDERS = True
+
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+# The agent posts gzip-compressed batches; the decompressed limit is enforced by the API.
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("INGEST_MAX_BODY_BYTES", 16 * 1024 * 1024)
+
+# --- Ingest limits -------------------------------------------------------------------------
+INGEST_MAX_SAMPLES = envint("INGEST_MAX_SAMPLES", 100_000)
+INGEST_MAX_DECOMPRESSED_BYTES = envint("INGEST_MAX_DECOMPRESSED_BYTES", 64 * 1024 * 1024)
+INGEST_MAX_FUTURE_S = envint("INGEST_MAX_FUTURE_S", 300)
+INGEST_MAX_AGE_S = envint("INGEST_MAX_AGE_S", 30 * 86400)
+
+# --- Celery --------------------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", not REDIS_URL)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = envint("CELERY_WORKER_PREFETCH_MULTIPLIER", 4)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600)}
+CELERY_BEAT_SCHEDULE = {
+    "rollups-catch-up": {"task": "greenops.telemetry.tasks.process_pending_batches", "schedule": 60.0},
+}
+
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "greenops@localhost")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.server": {"level": "WARNING"}},
+}

@@ -1,0 +1,159 @@
+"""Receiving batches from agents: authentication, acceptance and processing.
+
+The web process validates the whole batch and keeps it as one row (durable before it answers
+202); a Celery task then writes the samples. If the queue message is lost, the beat catch-up
+finds the pending row. Views call these functions; tests call them directly.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from greenops.telemetry import store, wire
+from greenops.telemetry.models import Gpu, Host, IngestBatch, hash_token
+from greenops.telemetry.wire import IngestError, invalid
+
+
+def host_for_token(header: str | None) -> Host:
+    if not header or not header.startswith("Bearer "):
+        raise IngestError(401, "unauthorized", "Authorization",
+                          "send the host token as 'Authorization: Bearer <token>'")
+    token = header[len("Bearer "):].strip()
+    host = Host.objects.filter(token_hash=hash_token(token)).select_related("team").first()
+    if host is None:
+        raise IngestError(401, "unauthorized", "Authorization", "unknown or revoked host token")
+    return host
+
+
+def parse_body(body: bytes, content_encoding: str | None):
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding not in {"gzip", "identity"}:
+        raise IngestError(415, "unsupported_encoding", "Content-Encoding",
+                          "use gzip or no Content-Encoding")
+    raw = wire.decode_body(body, encoding == "gzip", settings.INGEST_MAX_DECOMPRESSED_BYTES)
+    return wire.parse_json(raw)
+
+
+def known_gpus(host: Host) -> dict[int, int]:
+    return dict(Gpu.objects.filter(host=host).values_list("index", "id"))
+
+
+def accept_batch(host: Host, body: bytes, content_encoding: str | None) -> dict:
+    """Validate a whole batch and keep it for the worker. Nothing is stored if it is invalid."""
+    doc = parse_body(body, content_encoding)
+    batch = wire.parse_batch(
+        doc,
+        now_s=time.time(),
+        max_samples=settings.INGEST_MAX_SAMPLES,
+        max_future_s=settings.INGEST_MAX_FUTURE_S,
+        max_age_s=settings.INGEST_MAX_AGE_S,
+    )
+    wire.check_gpu_indices(batch, set(known_gpus(host)))
+    gzip_encoded = (content_encoding or "").strip().lower() == "gzip"
+    existing = IngestBatch.objects.filter(id=batch.batch_id).only("host_id").first()
+    if existing is not None:
+        if existing.host_id != host.id:
+            raise IngestError(409, "conflict", "batch_id", "this batch id belongs to another host")
+        return {"batch_id": str(batch.batch_id), "status": "duplicate", "samples": batch.n}
+    try:
+        with transaction.atomic():
+            IngestBatch.objects.create(
+                id=batch.batch_id, host=host, n_samples=batch.n, payload=body,
+                gzip_encoded=gzip_encoded,
+            )
+            Host.objects.filter(id=host.id).update(
+                last_seen=timezone.now(), agent_version=batch.agent_version or host.agent_version
+            )
+    except IntegrityError:  # the same batch raced in twice
+        return {"batch_id": str(batch.batch_id), "status": "duplicate", "samples": batch.n}
+    from greenops.telemetry.tasks import store_batch
+
+    transaction.on_commit(lambda: store_batch.delay(str(batch.batch_id)))
+    return {"batch_id": str(batch.batch_id), "status": "queued", "samples": batch.n}
+
+
+def process_batch(batch_id: str) -> int | None:
+    """Store a pending batch's samples. Returns samples inserted, None if already processed."""
+    with transaction.atomic():
+        row = (
+            IngestBatch.objects.select_for_update(skip_locked=True)
+            .filter(id=uuid.UUID(batch_id), status=IngestBatch.Status.PENDING)
+            .first()
+        )
+        if row is None:  # done already, or another worker holds it right now
+            return None
+        try:
+            doc = wire.parse_json(
+                wire.decode_body(bytes(row.payload), row.gzip_encoded, 1 << 40)
+            )
+            batch = wire.parse_batch(doc, now_s=time.time(), max_samples=1 << 40,
+                                     max_future_s=float("inf"), max_age_s=float("inf"))
+            inserted = store.store_batch(batch, known_gpus(row.host))
+        except IngestError as exc:  # a GPU was removed between acceptance and processing
+            row.status, row.error, row.payload = IngestBatch.Status.FAILED, exc.message, b""
+            row.processed_at = timezone.now()
+            row.save(update_fields=["status", "error", "payload", "processed_at"])
+            return 0
+        row.status, row.inserted, row.payload = IngestBatch.Status.DONE, inserted, b""
+        row.processed_at = timezone.now()
+        row.save(update_fields=["status", "inserted", "payload", "processed_at"])
+        return inserted
+
+
+def pending_batch_ids(cutoff, limit: int) -> list:
+    return list(
+        IngestBatch.objects.filter(status=IngestBatch.Status.PENDING, received_at__lt=cutoff)
+        .order_by("received_at")
+        .values_list("id", flat=True)[:limit]
+    )
+
+
+INVENTORY_LIMIT = 64
+
+
+def register_inventory(host: Host, doc) -> list[Gpu]:
+    """The agent tells which GPUs the host has; unknown indices become Gpu rows."""
+    if not isinstance(doc, dict):
+        raise invalid("", "the inventory must be a JSON object")
+    gpus = doc.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        raise invalid("gpus", "must be a non-empty array")
+    if len(gpus) > INVENTORY_LIMIT:
+        raise invalid("gpus", f"at most {INVENTORY_LIMIT} GPUs per host")
+    clean = []
+    for i, g in enumerate(gpus):
+        if not isinstance(g, dict):
+            raise invalid(f"gpus[{i}]", "must be an object")
+        index = g.get("index")
+        if type(index) is not int or not 0 <= index <= 1023:
+            raise invalid(f"gpus[{i}].index", "must be an integer between 0 and 1023")
+        for key in ("uuid", "name"):
+            if not isinstance(g.get(key, ""), str) or len(g.get(key, "")) > 96:
+                raise invalid(f"gpus[{i}].{key}", "must be a string of at most 96 characters")
+        for key in ("power_limit_w", "memory_total_mib"):
+            v = g.get(key)
+            if v is not None and (type(v) not in (int, float) or not 0 <= v < 1e7):
+                raise invalid(f"gpus[{i}].{key}", "must be a non-negative number or null")
+        clean.append(g)
+    for key in ("agent_version", "hostname"):
+        if not isinstance(doc.get(key, ""), str) or len(doc.get(key, "")) > 255:
+            raise invalid(key, "must be a string")
+    with transaction.atomic():
+        for g in clean:
+            Gpu.objects.update_or_create(
+                host=host, index=g["index"],
+                defaults={"uuid": g.get("uuid", ""), "name": g.get("name", ""),
+                          "power_limit_w": g.get("power_limit_w"),
+                          "memory_total_mib": g.get("memory_total_mib")},
+            )
+        Host.objects.filter(id=host.id).update(
+            last_seen=timezone.now(),
+            agent_version=doc.get("agent_version") or host.agent_version,
+            hostname=doc.get("hostname") or host.hostname,
+        )
+    return list(host.gpus.all())

@@ -1,0 +1,175 @@
+"""Hosts, their GPUs, received batches, raw GPU samples and the rollups pages read.
+
+Raw samples are keyed by their natural key (gpu, ts), so a replayed sample is never stored twice.
+Rollups keep sums and counts rather than averages so that merging buckets stays exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+
+from django.db import models
+from django.utils import timezone
+
+from greenops.teams.models import Team
+
+TOKEN_PREFIX = "gho_"
+
+
+def hash_token(token: str) -> str:
+    # Tokens are 256-bit random strings, so a plain SHA-256 is enough (no need for a slow KDF)
+    # and lets the API find the host with one indexed lookup.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class PurchaseOption(models.TextChoices):
+    ON_DEMAND = "on_demand", "On-demand"
+    SPOT = "spot", "Spot"
+    RESERVED = "reserved", "Reserved"
+    SAVINGS_PLAN = "savings_plan", "Savings plan"
+    ON_PREM = "on_prem", "On-premises"
+
+
+class Host(models.Model):
+    team = models.ForeignKey(Team, models.CASCADE, related_name="hosts")
+    name = models.CharField(max_length=100)
+    hostname = models.CharField(max_length=255, blank=True)
+    country = models.CharField(max_length=3, blank=True, help_text="ISO 3166 alpha-3, e.g. USA")
+    region = models.CharField(max_length=64, blank=True, help_text="Cloud region, e.g. us-east-1")
+    provider = models.CharField(max_length=20, blank=True, help_text="aws, gcp, azure, on_prem")
+    instance_type = models.CharField(max_length=64, blank=True)
+    purchase_option = models.CharField(
+        max_length=20, choices=PurchaseOption.choices, default=PurchaseOption.ON_DEMAND
+    )
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_prefix = models.CharField(max_length=12, blank=True)
+    agent_version = models.CharField(max_length=32, blank=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="host_name_per_team")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def set_new_token(self) -> str:
+        """Give the host a fresh token; only its hash is kept, so show the return value once."""
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        self.token_hash = hash_token(token)
+        self.token_prefix = token[:10]
+        return token
+
+    def is_online(self, now=None, window_s: int = 120) -> bool:
+        if self.last_seen is None:
+            return False
+        return ((now or timezone.now()) - self.last_seen).total_seconds() <= window_s
+
+
+class Gpu(models.Model):
+    host = models.ForeignKey(Host, models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=96, blank=True)
+    name = models.CharField(max_length=128, blank=True)
+    power_limit_w = models.FloatField(null=True, blank=True)
+    memory_total_mib = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["host_id", "index"]
+        constraints = [models.UniqueConstraint(fields=["host", "index"], name="gpu_index_per_host")]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}/gpu{self.index}"
+
+
+class IngestBatch(models.Model):
+    """One batch as the agent sent it. Kept until processed so a lost queue message loses nothing;
+    its id makes a resent batch a no-op."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    host = models.ForeignKey(Host, models.CASCADE, related_name="batches")
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    n_samples = models.PositiveIntegerField()
+    payload = models.BinaryField()  # request body, gzip if gzip_encoded; emptied once stored
+    gzip_encoded = models.BooleanField(default=False)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    inserted = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["received_at"],
+                name="batch_pending_idx",
+                condition=models.Q(status="pending"),
+            )
+        ]
+
+
+class EnergyMethod(models.IntegerChoices):
+    COUNTER = 1, "NVML energy counter"
+    POWER = 2, "integrated power"
+
+
+class GpuSample(models.Model):
+    """A raw reading. Natural key (gpu, ts) is the primary key: replays are no-ops."""
+
+    pk = models.CompositePrimaryKey("gpu_id", "ts")
+    # No separate index on gpu: the (gpu, ts|bucket) primary key already leads with it.
+    gpu = models.ForeignKey(
+        Gpu, models.CASCADE, db_constraint=False, db_index=False, related_name="+"
+    )
+    ts = models.DateTimeField()
+    util_pct = models.FloatField(null=True)
+    mem_used_mib = models.FloatField(null=True)
+    power_w = models.FloatField(null=True)
+    energy_mj = models.BigIntegerField(null=True)  # raw NVML total-energy counter
+    energy_j = models.FloatField(null=True)  # energy over the interval ending at ts
+    energy_method = models.SmallIntegerField(choices=EnergyMethod.choices, null=True)
+    temp_c = models.FloatField(null=True)
+    sm_clock_mhz = models.FloatField(null=True)
+    simulated = models.BooleanField(default=False)
+
+
+class RollupFields(models.Model):
+    """Per-bucket aggregates. Sums + counts, so any coarser bucket is an exact merge."""
+
+    # No separate index on gpu: the (gpu, ts|bucket) primary key already leads with it.
+    gpu = models.ForeignKey(
+        Gpu, models.CASCADE, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.DateTimeField()
+    samples = models.IntegerField(default=0)
+    util_sum = models.FloatField(default=0)
+    util_n = models.IntegerField(default=0)
+    util_max = models.FloatField(null=True)
+    power_sum_w = models.FloatField(default=0)
+    power_n = models.IntegerField(default=0)
+    power_max_w = models.FloatField(null=True)
+    mem_used_max_mib = models.FloatField(null=True)
+    temp_max_c = models.FloatField(null=True)
+    energy_j = models.FloatField(default=0)
+    simulated_samples = models.IntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class GpuMinute(RollupFields):
+    pk = models.CompositePrimaryKey("gpu_id", "bucket")
+
+
+class GpuHour(RollupFields):
+    pk = models.CompositePrimaryKey("gpu_id", "bucket")
+
+
+ROLLUPS = {"minute": GpuMinute, "hour": GpuHour}

@@ -1,0 +1,47 @@
+"""Celery tasks of the telemetry app. Tasks take ids, never objects."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from celery import shared_task
+from django.db import OperationalError, transaction
+from django.utils import timezone
+
+from greenops.telemetry import ingest
+
+
+@shared_task(
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=8,
+)
+def store_batch(batch_id: str) -> int | None:
+    """Write one received batch. Safe to run twice: the batch row is locked and claimed once."""
+    return ingest.process_batch(batch_id)
+
+
+@shared_task
+def process_pending_batches(older_than_s: int = 60, limit: int = 500) -> int:
+    """Beat safety net: batches whose queue message was lost (broker restart) still get stored."""
+    cutoff = timezone.now() - dt.timedelta(seconds=older_than_s)
+    ids = ingest.pending_batch_ids(cutoff, limit)
+    for batch_id in ids:
+        ingest.process_batch(str(batch_id))
+    return len(ids)
+
+
+@shared_task
+def prune_batches(keep_days: int = 14) -> int:
+    """Processed batch rows only serve replay detection; an agent never resends after days."""
+    from greenops.telemetry.models import IngestBatch
+
+    cutoff = timezone.now() - dt.timedelta(days=keep_days)
+    with transaction.atomic():
+        deleted, _ = IngestBatch.objects.filter(
+            received_at__lt=cutoff, status=IngestBatch.Status.DONE
+        ).delete()
+    return deleted
+

@@ -1,0 +1,287 @@
+"""The agent's batch format (wire format v1): parsing and validation.
+
+A batch is columnar JSON -- one array per field -- so validation and conversion run over whole
+arrays in numpy instead of building a Python object per sample. That is what lets ingest keep up
+with PostgreSQL COPY. Everything here is pure: no database, no HTTP.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import uuid
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+SOURCES = ("nvml", "simulated")
+ENERGY_METHODS = {None: 0, "counter": 1, "power": 2}
+
+# field -> (nullable, integer, lower bound, upper bound). Bounds are physical plausibility limits:
+# anything outside them is a broken reading, and storing it would poison every KPI built on it.
+FLOAT_FIELDS: dict[str, tuple[float, float]] = {
+    "util_pct": (0.0, 100.0),
+    "mem_used_mib": (0.0, 16 * 1024 * 1024.0),
+    "power_w": (0.0, 10_000.0),
+    "energy_j": (0.0, 10_000.0 * 3600),
+    "temp_c": (-50.0, 150.0),
+    "sm_clock_mhz": (0.0, 10_000.0),
+}
+REQUIRED_COLUMNS = ("ts", "gpu_index", *FLOAT_FIELDS, "energy_mj", "energy_method")
+
+
+class IngestError(Exception):
+    """A rejected batch. `field` is a dotted path into the payload, e.g. samples.power_w[3]."""
+
+    def __init__(self, status: int, code: str, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.field = field
+        self.message = message
+
+    def as_dict(self) -> dict:
+        return {"error": self.code, "field": self.field, "message": self.message}
+
+
+def invalid(field: str, message: str) -> IngestError:
+    return IngestError(422, "validation_error", field, message)
+
+
+@dataclass
+class Batch:
+    batch_id: uuid.UUID
+    agent_version: str
+    source: str
+    n: int
+    ts_us: np.ndarray  # int64 microseconds since the Unix epoch
+    gpu_index: np.ndarray  # int64
+    floats: dict[str, np.ndarray]  # float64, NaN where the agent sent null
+    energy_mj: np.ndarray  # int64, 0 where null
+    energy_mj_null: np.ndarray  # bool
+    energy_method: np.ndarray  # int16, 0 where null
+
+
+def decode_body(body: bytes, gzip_encoded: bool, max_bytes: int) -> bytes:
+    if not gzip_encoded:
+        if len(body) > max_bytes:
+            raise IngestError(413, "too_large", None, f"body is larger than {max_bytes} bytes")
+        return body
+    # Decompress incrementally so a gzip bomb cannot allocate more than the limit.
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, max_bytes + 1)
+    except zlib.error as exc:
+        raise IngestError(400, "bad_encoding", None, f"body is not valid gzip: {exc}") from None
+    if len(out) > max_bytes or d.unconsumed_tail:
+        raise IngestError(
+            413, "too_large", None, f"decompressed body is larger than {max_bytes} bytes"
+        )
+    if not d.eof:
+        raise IngestError(400, "bad_encoding", None, "gzip body is truncated")
+    return out
+
+
+class _NonFinite:
+    """Stands in for NaN/Infinity literals so the bad value can be located by path."""
+
+
+def _find_non_finite(node, path: str) -> str | None:
+    if isinstance(node, _NonFinite) or (isinstance(node, float) and not math.isfinite(node)):
+        return path
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found = _find_non_finite(value, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found = _find_non_finite(value, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def parse_json(raw: bytes):
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        # orjson is strict: NaN/Infinity are not JSON. Python's parser accepts them, which lets
+        # the error name the field that carried one (slow path, errors only).
+        try:
+            doc = json.loads(raw, parse_constant=lambda _c: _NonFinite())
+        except (ValueError, UnicodeDecodeError):
+            raise IngestError(400, "malformed_json", None, f"body is not valid JSON: {exc}") from None
+        where = _find_non_finite(doc, "")
+        if where:
+            raise invalid(where, "NaN and infinities are not allowed") from None
+        raise IngestError(400, "malformed_json", None, f"body is not valid JSON: {exc}") from None
+
+
+def _first_bad(values: list, ok) -> int:
+    return next(i for i, v in enumerate(values) if not ok(v))
+
+
+def _is_number(v) -> bool:
+    return type(v) in (int, float)
+
+
+def _numeric_column(name: str, values: list, *, nullable: bool, integer: bool) -> np.ndarray:
+    """Type-check a JSON array in C-speed passes and convert it; name the first bad element."""
+    field = f"samples.{name}"
+    allowed = {int} if integer else {int, float}
+    if nullable:
+        allowed = allowed | {type(None)}
+    kinds = set(map(type, values))
+    if not kinds <= allowed:
+        if integer and nullable:
+            def ok(v):
+                return v is None or type(v) is int
+        elif integer:
+            def ok(v):
+                return type(v) is int
+        elif nullable:
+            def ok(v):
+                return v is None or _is_number(v)
+        else:
+            ok = _is_number
+        i = _first_bad(values, ok)
+        want = "an integer" if integer else "a number"
+        raise invalid(f"{field}[{i}]", f"must be {want}{' or null' if nullable else ''}, "
+                      f"got {type(values[i]).__name__}")
+    if integer:
+        if type(None) in kinds:
+            mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+            filled = [0 if v is None else v for v in values]
+        else:
+            mask, filled = None, values
+        try:
+            arr = np.array(filled, dtype=np.int64)
+        except OverflowError:
+            i = _first_bad(values, lambda v: v is None or -(2**63) <= v < 2**63)
+            raise invalid(f"{field}[{i}]", "integer out of range") from None
+        return (arr, mask) if nullable else arr
+    arr = np.array(values, dtype=np.float64)  # null -> NaN
+    if type(None) not in kinds:
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            raise invalid(f"{field}[{int(np.argmax(bad))}]", "NaN and infinities are not allowed")
+    else:
+        bad = np.isinf(arr)
+        if bad.any():
+            raise invalid(f"{field}[{int(np.argmax(bad))}]", "NaN and infinities are not allowed")
+    return arr
+
+
+def _check_range(name: str, arr: np.ndarray, lo: float, hi: float) -> None:
+    with np.errstate(invalid="ignore"):
+        bad = (arr < lo) | (arr > hi)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise invalid(f"samples.{name}[{i}]", f"{arr[i]!r} is outside [{lo:g}, {hi:g}]")
+
+
+def parse_batch(
+    doc,
+    *,
+    now_s: float,
+    max_samples: int,
+    max_future_s: float,
+    max_age_s: float,
+) -> Batch:
+    if not isinstance(doc, dict):
+        raise invalid("", "the batch must be a JSON object")
+    try:
+        batch_id = uuid.UUID(str(doc.get("batch_id")))
+    except ValueError:
+        raise invalid("batch_id", "must be a UUID string") from None
+    if not isinstance(doc.get("batch_id"), str):
+        raise invalid("batch_id", "must be a UUID string")
+    agent_version = doc.get("agent_version", "")
+    if not isinstance(agent_version, str) or len(agent_version) > 32:
+        raise invalid("agent_version", "must be a string of at most 32 characters")
+    source = doc.get("source")
+    if source not in SOURCES:
+        raise invalid("source", f"must be one of {', '.join(SOURCES)}")
+    samples = doc.get("samples")
+    if not isinstance(samples, dict):
+        raise invalid("samples", "must be an object of equal-length arrays")
+    for name in REQUIRED_COLUMNS:
+        if not isinstance(samples.get(name), list):
+            raise invalid(f"samples.{name}", "is required and must be an array")
+    unknown = set(samples) - set(REQUIRED_COLUMNS)
+    if unknown:
+        raise invalid(f"samples.{sorted(unknown)[0]}", "is not a known field")
+    n = len(samples["ts"])
+    if n == 0:
+        raise invalid("samples.ts", "the batch holds no samples")
+    if n > max_samples:
+        raise IngestError(413, "too_many_samples", "samples.ts",
+                          f"{n} samples; a batch may hold at most {max_samples}")
+    for name in REQUIRED_COLUMNS:
+        if len(samples[name]) != n:
+            raise invalid(f"samples.{name}", f"has {len(samples[name])} elements, ts has {n}")
+
+    ts = _numeric_column("ts", samples["ts"], nullable=False, integer=False)
+    too_new = ts > now_s + max_future_s
+    if too_new.any():
+        i = int(np.argmax(too_new))
+        raise invalid(f"samples.ts[{i}]", f"is {ts[i] - now_s:.0f} s in the future; "
+                      "check the host's clock")
+    too_old = ts < now_s - max_age_s
+    if too_old.any():
+        i = int(np.argmax(too_old))
+        raise invalid(f"samples.ts[{i}]", f"is older than {max_age_s / 86400:g} days")
+    gpu_index = _numeric_column("gpu_index", samples["gpu_index"], nullable=False, integer=True)
+    bad = (gpu_index < 0) | (gpu_index > 1023)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise invalid(f"samples.gpu_index[{i}]", "must be between 0 and 1023")
+
+    floats = {}
+    for name, (lo, hi) in FLOAT_FIELDS.items():
+        arr = _numeric_column(name, samples[name], nullable=True, integer=False)
+        _check_range(name, arr, lo, hi)
+        floats[name] = arr
+
+    energy_mj, mj_null = _numeric_column("energy_mj", samples["energy_mj"], nullable=True,
+                                         integer=True)
+    if mj_null is None:
+        mj_null = np.zeros(n, dtype=bool)
+    if (energy_mj < 0).any():
+        i = int(np.argmax(energy_mj < 0))
+        raise invalid(f"samples.energy_mj[{i}]", "must not be negative")
+
+    methods = samples["energy_method"]
+    try:
+        method = np.array([ENERGY_METHODS[m] for m in methods], dtype=np.int16)
+    except (KeyError, TypeError):
+        i = _first_bad(methods, lambda m: isinstance(m, (str, type(None))) and m in ENERGY_METHODS)
+        raise invalid(f"samples.energy_method[{i}]", "must be \"counter\", \"power\" or null") \
+            from None
+
+    ts_us = np.round(ts * 1_000_000).astype(np.int64)
+    # Two readings of one GPU at the same instant would collide on the natural key; inside a
+    # batch that can only be an agent bug, so say so instead of silently keeping one.
+    key = gpu_index * (1 << 52) + (ts_us - ts_us.min())
+    if np.unique(key).size != n:
+        raise invalid("samples.ts", "two samples of the same GPU share a timestamp")
+    return Batch(batch_id, agent_version, source, n, ts_us, gpu_index, floats, energy_mj, mj_null,
+                 method)
+
+
+def check_gpu_indices(batch: Batch, known: set[int]) -> None:
+    seen = np.unique(batch.gpu_index)
+    unknown = [int(i) for i in seen if int(i) not in known]
+    if unknown:
+        i = int(np.argmax(batch.gpu_index == unknown[0]))
+        raise invalid(f"samples.gpu_index[{i}]",
+                      f"GPU {unknown[0]} is not registered for this host; "
+                      "the agent registers GPUs through POST /api/v1/inventory")
+
+
+def gzip_bytes(raw: bytes) -> bytes:
+    return gzip.compress(raw, compresslevel=1)

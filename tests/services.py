@@ -1,0 +1,9 @@
+"""Loaded as a pytest plugin (-p tests.services) so it runs before Django reads its settings:
+tests use real PostgreSQL and Redis unless the environment points elsewhere."""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/greenops")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+# The web process under test runs tasks in-process unless a test starts a real worker.
+os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "true")

@@ -1,0 +1,137 @@
+"""A real agent process (fake NVML via --nvml-lib) against a local HTTP server."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from collectors import batch as wire
+from collectors.spool import Spool
+
+try:
+    from tests.agent_fakes import FakeServer, free_port
+except ImportError:  # tests/ itself on sys.path (pytest's rootdir-less import mode)
+    from agent_fakes import FakeServer, free_port
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def start_agent(tmp_path: Path, server_url: str, *extra: str) -> subprocess.Popen:
+    config = tmp_path / "agent.toml"
+    config.write_text("")  # hermetic: never read the host's /etc/greenops/agent.toml
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GREENOPS_")}
+    env["AGENT_FAKES_GPUS"] = "2"
+    env["GREENOPS_TOKEN"] = "tok-e2e"
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "collectors.cli",
+            "run",
+            "--server",
+            server_url,
+            "--config",
+            str(config),
+            "--nvml-lib",
+            "tests.agent_fakes",
+            "--spool",
+            str(tmp_path / "spool.db"),
+            "--interval",
+            "0.05",
+            "--batch-seconds",
+            "0.2",
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop_agent(proc: subprocess.Popen) -> tuple[int, str, float]:
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=15)
+    return proc.returncode, stderr, time.monotonic() - started
+
+
+def samples_taken(stderr: str) -> int:
+    match = re.search(r"stopped: samples=(\d+)", stderr)
+    assert match, stderr
+    return int(match.group(1))
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_sigterm_exits_0_and_every_sample_arrives(tmp_path):
+    server = FakeServer().start()
+    try:
+        proc = start_agent(tmp_path, server.url)
+        wait_for(lambda: len(server.accepted) >= 3)
+        rc, stderr, took = stop_agent(proc)
+    finally:
+        server.stop()
+    assert rc == 0, stderr
+    assert took < 3.0
+    assert "Traceback" not in stderr
+    keys = server.sample_keys()
+    taken = samples_taken(stderr)
+    assert taken > 0
+    assert len(keys) == len(set(keys)) == taken  # every sample, none twice
+    assert server.duplicates == 0
+    assert server.requests[0].path == "/api/v1/inventory"
+    assert server.requests[0].headers["Authorization"] == "Bearer tok-e2e"
+    doc = server.accepted[0]
+    assert doc["source"] == "nvml"
+    s = doc["samples"]
+    # GPU 0 and 1 alternate; the first sample of each GPU has no interval.
+    assert s["gpu_index"][:4] == [0, 1, 0, 1]
+    assert s["energy_method"][:2] == [None, None]
+    assert s["energy_j"][:2] == [None, None]
+    # The fake counter rises 1000 mJ per read: 1 J per interval, from the counter.
+    assert s["energy_j"][2:4] == [1.0, 1.0]
+    assert s["energy_method"][2:4] == ["counter", "counter"]
+    assert s["power_w"][0] == 250.0
+
+
+def test_batches_spooled_while_server_was_down_are_delivered_after_restart(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    first = start_agent(tmp_path, url, "--flush-timeout", "0.5")
+    time.sleep(1.0)
+    rc, stderr, took = stop_agent(first)
+    assert rc == 0, stderr
+    assert took < 3.0
+    taken_first = samples_taken(stderr)
+    with Spool(tmp_path / "spool.db") as spool:
+        spooled_ids = spool.batch_ids()
+        spooled_samples = sum(len(wire.decode(p)["samples"]["ts"]) for p in spool.payloads())
+    assert spooled_ids
+    assert spooled_samples == taken_first  # nothing lost while the server was down
+
+    server = FakeServer(port=port).start()
+    try:
+        second = start_agent(tmp_path, url)
+        wait_for(lambda: len(server.accepted) >= len(spooled_ids) + 2)
+        rc, stderr, _ = stop_agent(second)
+    finally:
+        server.stop()
+    assert rc == 0, stderr
+    taken_second = samples_taken(stderr)
+    accepted_ids = [d["batch_id"] for d in server.accepted]
+    assert accepted_ids[: len(spooled_ids)] == spooled_ids  # the backlog first, in order
+    assert len(accepted_ids) == len(set(accepted_ids))
+    assert server.duplicates == 0
+    keys = server.sample_keys()
+    assert len(keys) == len(set(keys)) == taken_first + taken_second
+    with Spool(tmp_path / "spool.db") as spool:
+        assert spool.depth() == 0
