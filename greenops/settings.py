@@ -72,6 +72,9 @@ INSTALLED_APPS = [
     "ninja",
     "greenops.teams",
     "greenops.telemetry",
+    "greenops.workloads",
+    "greenops.kpis",
+    "greenops.costs",
     "dashboards",
 ]
 

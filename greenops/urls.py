@@ -9,5 +9,8 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", api.urls),
+    path("teams/<slug:slug>/", include("greenops.workloads.urls")),
+    path("teams/<slug:slug>/", include("greenops.kpis.urls")),
+    path("teams/<slug:slug>/", include("greenops.costs.urls")),
     path("", include("dashboards.urls")),
 ]

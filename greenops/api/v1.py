@@ -143,3 +143,13 @@ def get_usage(request: HttpRequest, slug: str, range: str = "day"):
     if range not in RANGES:
         raise IngestError(422, "validation_error", "range", f"one of {', '.join(RANGES)}")
     return Status(200, team_usage(team, range))
+
+
+# Domain apps add their endpoints through their own routers.
+from greenops.costs.api import router as costs_router  # noqa: E402
+from greenops.kpis.api import router as kpis_router  # noqa: E402
+from greenops.workloads.api import router as workloads_router  # noqa: E402
+
+api.add_router("/", workloads_router)
+api.add_router("/", kpis_router)
+api.add_router("/", costs_router)

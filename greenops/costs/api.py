@@ -1,0 +1,5 @@
+"""JSON API of the costs app, mounted on /api/v1/ by greenops/api/v1.py."""
+
+from ninja import Router
+
+router = Router(tags=["costs"])

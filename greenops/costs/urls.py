@@ -1,0 +1,5 @@
+"""Pages of the costs app, mounted under /teams/<slug>/ by greenops/urls.py."""
+
+from django.urls import path  # noqa: F401
+
+urlpatterns: list = []

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class KpisConfig(AppConfig):
+    name = "greenops.kpis"
+    label = "kpis"
