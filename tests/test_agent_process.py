@@ -75,11 +75,14 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
 def test_sigterm_exits_0_and_every_sample_arrives(tmp_path):
     server = FakeServer().start()
     try:
-        proc = start_agent(tmp_path, server.url)
-        wait_for(lambda: len(server.accepted) >= 3)
+        proc = start_agent(tmp_path, server.url, "--batch-seconds", "0.5")
+        wait_for(lambda: len(server.accepted) >= 2)
+        time.sleep(0.15)  # a few samples into the next batch: the shutdown must ship them
+        accepted_before_stop = len(server.accepted)
         rc, stderr, took = stop_agent(proc)
     finally:
         server.stop()
+    assert len(server.accepted) == accepted_before_stop + 1  # the buffered tail, flushed
     assert rc == 0, stderr
     assert took < 3.0
     assert "Traceback" not in stderr
