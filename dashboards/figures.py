@@ -21,9 +21,15 @@ def _label(s: dict) -> str:
     return f"{s['host']} · GPU {s['gpu_index']}" + (" (simulated)" if s["simulated"] else "")
 
 
+# Above this many points SVG gets sluggish in the browser; WebGL draws them on a canvas instead.
+WEBGL_POINTS = 20_000
+
+
 def _lines(usage: dict, key: str, title: str, unit: str, y_range=None) -> dict:
+    points = sum(len(s["t"]) for s in usage["series"])
+    kind = "scattergl" if points > WEBGL_POINTS else "scatter"
     traces = [
-        {"type": "scattergl", "mode": "lines", "name": _label(s), "x": s["t"], "y": s[key],
+        {"type": kind, "mode": "lines", "name": _label(s), "x": s["t"], "y": s[key],
          "connectgaps": False, "hovertemplate": f"%{{y:.1f}} {unit}<extra>{_label(s)}</extra>"}
         for s in usage["series"]
     ]

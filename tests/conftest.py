@@ -14,6 +14,23 @@ import orjson
 import pytest
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_stray_connections(django_db_setup, django_db_blocker):
+    """Live-server threads can outlive their last request with a connection open, which would
+    stop the test database from being dropped. Depending on django_db_setup makes this teardown
+    run first."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     # PBKDF2's deliberate slowness costs ~0.5 s per user; tests don't need it.

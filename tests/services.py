@@ -7,3 +7,6 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/greeno
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 # The web process under test runs tasks in-process unless a test starts a real worker.
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "true")
+# Live-server request threads must not keep connections open past their request, or the test
+# database cannot be dropped at the end of the run.
+os.environ.setdefault("DB_CONN_MAX_AGE", "0")

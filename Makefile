@@ -1,0 +1,44 @@
+# The two commands a newcomer needs:  make demo   and   make test
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test setup browser services lint bench clean
+
+$(VENV)/.installed: pyproject.toml collectors/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e ".[test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Demo on the embedded default: SQLite, in-process tasks, a simulated agent feeding live data.
+demo: setup
+	$(PY) manage.py demo
+
+# Debian's Chromium for the Playwright tests (Playwright's own browser download is not used).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium"; \
+	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+services:
+	bash .ci/services
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+# The whole suite against real PostgreSQL and Redis (started if they are not running).
+test: setup browser services lint
+	$(VENV)/bin/pytest
+
+bench: setup services
+	$(PY) bench/ingest
+	$(PY) bench/dashboard
+	$(PY) bench/agent
+
+clean:
+	rm -rf $(VENV) var staticfiles .pytest_cache .ruff_cache
