@@ -1,0 +1,19 @@
+# The server image: web (gunicorn), worker and beat all run from it (see docker-compose.yml).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+WORKDIR /app
+
+COPY pyproject.toml README.md ./
+COPY collectors/ collectors/
+COPY greenops/ greenops/
+COPY dashboards/ dashboards/
+COPY templates/ templates/
+COPY manage.py ./
+# Editable install: the app runs from /app, where templates/ and static files live.
+RUN pip install -e . && python manage.py collectstatic --noinput
+
+RUN useradd --system --uid 1000 greenops
+USER greenops
+EXPOSE 8000
+CMD ["gunicorn", "greenops.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4", "--access-logfile", "-"]
