@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import secrets
+
 from django.conf import settings
 from django.db import models
 from django.http import Http404
+from django.utils import timezone
 from django.utils.text import slugify
 
 
@@ -66,3 +70,162 @@ def team_for_user_or_404(user, slug: str) -> Team:
     if team is None:
         raise Http404("No such team")
     return team
+
+
+API_TOKEN_PREFIX = "gha_"
+
+
+def _sha256(token: str) -> str:
+    # Same scheme as host tokens (telemetry.models.hash_token): 256-bit random tokens need no
+    # slow KDF, and a plain digest lets the API find the token with one indexed lookup.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def active(self) -> ApiTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiToken(models.Model):
+    """A team's API token for applications (inference counts, training jobs, codecarbon).
+
+    Only the hash is stored; the token itself is shown once, when it is created.
+    """
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, team: Team, name: str, created_by=None) -> tuple[ApiToken, str]:
+        """Create a token; returns the row and the plaintext, which is never retrievable again."""
+        token = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        row = cls.objects.create(team=team, name=name, token_hash=_sha256(token),
+                                 prefix=token[:10], created_by=created_by)
+        return row, token
+
+    def revoke(self) -> bool:
+        """Revoke once; returns False if it was already revoked (so a double click is harmless)."""
+        now = timezone.now()
+        done = ApiToken.objects.filter(id=self.id, revoked_at__isnull=True).update(revoked_at=now)
+        if done:
+            self.revoked_at = now
+        return bool(done)
+
+
+# last_used_at is a hint for the token page, not an audit log: writing it on every request
+# would turn each API call into a row update, so it is refreshed at most once a minute.
+LAST_USED_RESOLUTION_S = 60
+
+
+def api_token_for(token: str | None) -> ApiToken | None:
+    """The active token row for a plaintext token, or None. Marks it used (coarsely)."""
+    if not token or not token.startswith(API_TOKEN_PREFIX):
+        return None
+    row = ApiToken.objects.active().filter(token_hash=_sha256(token)).select_related("team").first()
+    if row is None:
+        return None
+    now = timezone.now()
+    idle_s = None if row.last_used_at is None else (now - row.last_used_at).total_seconds()
+    if idle_s is None or idle_s > LAST_USED_RESOLUTION_S:
+        ApiToken.objects.filter(id=row.id).update(last_used_at=now)
+        row.last_used_at = now
+    return row
+
+
+def team_for_api_token(token: str | None) -> Team | None:
+    """The team an application's API token belongs to; None for unknown or revoked tokens."""
+    row = api_token_for(token)
+    return row.team if row else None
+
+
+# --- Invitations and the audit log (issue 4) ----------------------------------------------
+
+INVITATION_PREFIX = "ginv_"
+
+
+class InvitationQuerySet(models.QuerySet):
+    def pending(self, now=None) -> InvitationQuerySet:
+        return self.filter(accepted_at__isnull=True, revoked_at__isnull=True,
+                           expires_at__gt=now or timezone.now())
+
+
+class Invitation(models.Model):
+    """An expiring, single-use link that makes whoever opens it (logged in) a team member.
+
+    Only the link token's hash is stored: the email is the one place the token exists.
+    """
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = InvitationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.email} to {self.team} as {self.role}"
+
+
+class AuditEvent(models.Model):
+    """One admin action on a team: who did what to which object, and when. Never edited."""
+
+    class Action(models.TextChoices):
+        TEAM_CREATED = "team.created", "Team created"
+        HOST_ENROLL_TOKEN = "host.enroll_token", "Enrollment token issued"
+        HOST_ENROLLED = "host.enrolled", "Host enrolled"
+        HOST_REVOKED = "host.revoked", "Host token revoked"
+        HOST_ROTATED = "host.rotated", "Host token rotated"
+        HOST_REMOVED = "host.removed", "Host removed"
+        MEMBER_INVITED = "member.invited", "Member invited"
+        MEMBER_JOINED = "member.joined", "Member joined"
+        MEMBER_ROLE_CHANGED = "member.role_changed", "Member role changed"
+        MEMBER_REMOVED = "member.removed", "Member removed"
+        TOKEN_CREATED = "token.created", "API token created"
+        TOKEN_REVOKED = "token.revoked", "API token revoked"
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="audit_events")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # Kept as text too: the log must still say who it was after the user is deleted, and some
+    # actors are not users (a host enrolling with its token).
+    actor_label = models.CharField(max_length=150)
+    action = models.CharField(max_length=32, choices=Action.choices)
+    target = models.CharField(max_length=255, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor_label} {self.action} {self.target}"

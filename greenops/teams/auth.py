@@ -1,0 +1,78 @@
+"""Bearer authentication for application-facing API endpoints (django-ninja).
+
+Applications send a team API token (`gha_…`); endpoints that the host agent also calls accept
+that host's token (`gho_…`) and act for the host's team. Failures raise the API's usual
+IngestError, so a bad token answers 401 with {"error", "field", "message"} like every other
+rejection instead of ninja's bare {"detail": "Unauthorized"}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.http import HttpRequest
+from ninja.security import HttpBearer
+
+from greenops.teams.models import ApiToken, Team, api_token_for
+from greenops.telemetry.wire import IngestError
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: always a team; the token row or the host that authenticated."""
+
+    team: Team
+    api_token: ApiToken | None = None
+    host: object | None = None  # greenops.telemetry.models.Host when a host token was used
+
+    @property
+    def label(self) -> str:
+        if self.api_token is not None:
+            return f"token {self.api_token.prefix}"
+        return f"host {getattr(self.host, 'name', '?')}"
+
+
+def _unauthorized(message: str) -> IngestError:
+    return IngestError(401, "unauthorized", "Authorization", message)
+
+
+def bearer_token(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Bearer "):
+        return None
+    return header[len("Bearer "):].strip() or None
+
+
+def caller_for_token(token: str | None, *, allow_host: bool) -> Caller:
+    """Resolve a plaintext token to its team, or raise a 401 IngestError."""
+    if not token:
+        raise _unauthorized("send a team API token as 'Authorization: Bearer <token>'")
+    row = api_token_for(token)
+    if row is not None:
+        return Caller(team=row.team, api_token=row)
+    if allow_host:
+        from greenops.telemetry.models import Host, hash_token
+
+        host = Host.objects.filter(token_hash=hash_token(token)).select_related("team").first()
+        if host is not None:
+            return Caller(team=host.team, host=host)
+    raise _unauthorized("unknown or revoked token")
+
+
+class TeamTokenAuth(HttpBearer):
+    """`auth=TeamTokenAuth()` on a ninja operation: request.auth becomes a Caller."""
+
+    def __init__(self, allow_host: bool = False) -> None:
+        super().__init__()
+        self.allow_host = allow_host
+
+    def __call__(self, request: HttpRequest) -> Caller:
+        # Overridden so a missing header is a house-style 401 too, not ninja's default body.
+        return caller_for_token(bearer_token(request), allow_host=self.allow_host)
+
+    def authenticate(self, request: HttpRequest, token: str) -> Caller:
+        return caller_for_token(token, allow_host=self.allow_host)
+
+
+team_token_auth = TeamTokenAuth()
+team_or_host_token_auth = TeamTokenAuth(allow_host=True)

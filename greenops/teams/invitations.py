@@ -1,0 +1,104 @@
+"""Inviting people by email: an expiring, single-use link.
+
+The token is 256 random bits; only its SHA-256 is stored, so the database alone cannot be used
+to join a team. Accepting claims the invitation with one conditional update, so the same link
+opened twice (or by two people) admits exactly one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from greenops.teams import audit
+from greenops.teams.models import INVITATION_PREFIX, AuditEvent, Invitation, Membership, Role, Team
+
+INVITATION_TTL = timedelta(days=int(getattr(settings, "INVITATION_TTL_DAYS", 7)))
+
+
+class InvitationError(ValueError):
+    """Why a link did not work: unknown, expired, already used or revoked."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def invite(team: Team, actor, email: str, role: str, *, site_url: str | None = None,
+           now=None) -> tuple[Invitation, str]:
+    """Create an invitation and email its link. Returns the row and the link (shown to tests)."""
+    if role not in Role.values:
+        raise ValueError(f"unknown role {role!r}")
+    now = now or timezone.now()
+    token = INVITATION_PREFIX + secrets.token_urlsafe(32)
+    inv = Invitation.objects.create(team=team, email=email.strip().lower(), role=role,
+                                    token_hash=_hash(token), created_by=actor,
+                                    expires_at=now + INVITATION_TTL)
+    link = (site_url or settings.SITE_URL).rstrip("/") + reverse("invitation-accept",
+                                                                   args=[token])
+    inviter = actor.get_username() if actor is not None else "GreenOps"
+    send_mail(
+        subject=f"{inviter} invited you to {team.name} on GreenOps",
+        message=(f"{inviter} invited you to join the team {team.name} on GreenOps as {role}.\n\n"
+                 f"Open this link to accept (it works once, until "
+                 f"{inv.expires_at:%Y-%m-%d %H:%M} UTC):\n{link}\n"),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=[inv.email],
+    )
+    audit.record(team, actor, AuditEvent.Action.MEMBER_INVITED, inv.email, role=role)
+    return inv, link
+
+
+def lookup(token: str) -> Invitation:
+    """The invitation a link points to, or InvitationError saying why it cannot be used."""
+    inv = Invitation.objects.select_related("team").filter(token_hash=_hash(token)).first()
+    if inv is None:
+        raise InvitationError("unknown", "This invitation link is not valid.")
+    if inv.accepted_at is not None:
+        raise InvitationError("used", "This invitation has already been used.")
+    if inv.revoked_at is not None:
+        raise InvitationError("revoked", "This invitation was withdrawn.")
+    if inv.expires_at <= timezone.now():
+        raise InvitationError("expired", "This invitation has expired; ask for a new one.")
+    return inv
+
+
+def accept(token: str, user) -> Membership:
+    """Join the team. A user already in the team keeps the higher of the two roles."""
+    from greenops.teams.permissions import rank
+
+    inv = lookup(token)
+    now = timezone.now()
+    with transaction.atomic():
+        claimed = Invitation.objects.pending(now).filter(id=inv.id).update(
+            accepted_at=now, accepted_by=user)
+        if claimed != 1:  # someone used it between lookup() and here
+            raise InvitationError("used", "This invitation has already been used.")
+        try:
+            with transaction.atomic():
+                membership = Membership.objects.create(team=inv.team, user=user, role=inv.role)
+        except IntegrityError:
+            membership = Membership.objects.get(team=inv.team, user=user)
+            if rank(inv.role) > rank(membership.role):
+                membership.role = inv.role
+                membership.save(update_fields=["role"])
+        audit.record(inv.team, user, AuditEvent.Action.MEMBER_JOINED, user.get_username(),
+                     role=membership.role, invited_email=inv.email)
+    return membership
+
+
+def revoke(inv: Invitation) -> bool:
+    return bool(Invitation.objects.filter(id=inv.id, accepted_at__isnull=True,
+                                          revoked_at__isnull=True)
+                .update(revoked_at=timezone.now()))

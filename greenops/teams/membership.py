@@ -1,0 +1,64 @@
+"""Creating teams and managing who is in them. Plain functions: views and tests call these."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils.text import slugify
+
+from greenops.teams import audit
+from greenops.teams.models import AuditEvent, Membership, Role, Team
+
+
+class MembershipError(ValueError):
+    """A change that would break the team (e.g. leaving it without an owner)."""
+
+
+def unique_slug(name: str) -> str:
+    base = slugify(name)[:90] or "team"
+    slug, n = base, 1
+    while Team.objects.filter(slug=slug).exists():
+        n += 1
+        slug = f"{base}-{n}"
+    return slug
+
+
+@transaction.atomic
+def create_team(user, name: str) -> Team:
+    """A new team with its creator as owner."""
+    team = Team.objects.create(name=name.strip(), slug=unique_slug(name))
+    Membership.objects.create(team=team, user=user, role=Role.OWNER)
+    audit.record(team, user, AuditEvent.Action.TEAM_CREATED, team.name)
+    return team
+
+
+def _owners(team: Team) -> int:
+    return Membership.objects.filter(team=team, role=Role.OWNER).count()
+
+
+@transaction.atomic
+def change_role(team: Team, actor, membership: Membership, role: str) -> Membership:
+    if role not in Role.values:
+        raise MembershipError(f"unknown role {role!r}")
+    # Lock the team's memberships so two owners demoting each other cannot both succeed.
+    list(Membership.objects.select_for_update().filter(team=team))
+    membership.refresh_from_db()
+    if membership.role == Role.OWNER and role != Role.OWNER and _owners(team) <= 1:
+        raise MembershipError("a team needs at least one owner; make someone else owner first")
+    old = membership.role
+    if old != role:
+        membership.role = role
+        membership.save(update_fields=["role"])
+        audit.record(team, actor, AuditEvent.Action.MEMBER_ROLE_CHANGED,
+                     membership.user.get_username(), old=old, new=role)
+    return membership
+
+
+@transaction.atomic
+def remove_member(team: Team, actor, membership: Membership) -> None:
+    list(Membership.objects.select_for_update().filter(team=team))
+    membership.refresh_from_db()
+    if membership.role == Role.OWNER and _owners(team) <= 1:
+        raise MembershipError("the last owner cannot be removed")
+    username = membership.user.get_username()
+    membership.delete()
+    audit.record(team, actor, AuditEvent.Action.MEMBER_REMOVED, username)

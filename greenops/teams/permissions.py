@@ -1,0 +1,115 @@
+"""Who may do what in a team: the written permission matrix, and the one check that enforces it.
+
+Roles are ordered viewer < member < admin < owner, and each action needs a minimum role, so the
+whole policy is the table below. Pages call it through `team_permission` (a view decorator) and
+API endpoints through `authorize_api`; the permissions page renders the same table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+from greenops.teams.models import Membership, Role, Team, team_for_user_or_404
+
+ROLE_ORDER: tuple[str, ...] = (Role.VIEWER, Role.MEMBER, Role.ADMIN, Role.OWNER)
+
+
+@dataclass(frozen=True)
+class Rule:
+    min_role: str
+    description: str
+
+
+# action -> minimum role. Viewers read; members also manage alerts and reports (and upload
+# measured runs); admins also manage hosts, workloads, channels and API tokens; owners also
+# manage members and the team.
+MATRIX: dict[str, Rule] = {
+    "team.view": Rule(Role.VIEWER, "See the team's dashboards, hosts, workloads and reports"),
+    "hosts.view": Rule(Role.VIEWER, "See the host list: online status, agent, GPUs, spool lag"),
+    "members.view": Rule(Role.VIEWER, "See who is in the team and their roles"),
+    "alerts.manage": Rule(Role.MEMBER, "Create, change and silence alerts"),
+    "reports.manage": Rule(Role.MEMBER, "Create and schedule reports"),
+    # Uploaded codecarbon runs are measurements a member brings, like a report, not team setup.
+    "runs.upload": Rule(Role.MEMBER, "Upload codecarbon emissions.csv runs"),
+    "hosts.manage": Rule(Role.ADMIN, "Add hosts, revoke or rotate host tokens, remove hosts"),
+    "workloads.manage": Rule(Role.ADMIN, "Register and change workloads"),
+    "channels.manage": Rule(Role.ADMIN, "Configure notification channels"),
+    "tokens.manage": Rule(Role.ADMIN, "Create and revoke API tokens"),
+    "audit.view": Rule(Role.ADMIN, "Read the audit log"),
+    "members.manage": Rule(Role.OWNER, "Invite people, change roles, remove members"),
+    "team.manage": Rule(Role.OWNER, "Rename or delete the team"),
+}
+
+
+def rank(role: str | None) -> int:
+    """Position in ROLE_ORDER; -1 for no role, so nothing is allowed."""
+    return ROLE_ORDER.index(role) if role in ROLE_ORDER else -1
+
+
+def allows(role: str | None, action: str) -> bool:
+    # An unknown action is a programming error, not a "no": fail loudly in tests.
+    return rank(role) >= rank(MATRIX[action].min_role)
+
+
+def allowed_actions(role: str | None) -> set[str]:
+    return {action for action in MATRIX if allows(role, action)}
+
+
+def matrix_rows() -> list[dict]:
+    """The table for the permissions page: one row per action, a yes/no per role."""
+    return [
+        {"action": action, "description": rule.description, "min_role": rule.min_role,
+         "roles": [allows(role, action) for role in ROLE_ORDER]}
+        for action, rule in MATRIX.items()
+    ]
+
+
+def authorize(user, slug: str, action: str) -> tuple[Team, str]:
+    """The team and the user's role, if the role allows `action`.
+
+    Not a member: 404 (another team's things do not exist for you). A member whose role is too
+    low: PermissionDenied (403), because they can see the team and deserve to know why.
+    """
+    team = team_for_user_or_404(user, slug)
+    role = Membership.objects.filter(team=team, user=user).values_list("role", flat=True).first()
+    if not allows(role, action):
+        raise PermissionDenied(f"{action} needs the {MATRIX[action].min_role} role")
+    return team, role
+
+
+def authorize_api(user, slug: str, action: str) -> tuple[Team, str]:
+    """`authorize` for API endpoints: a too-low role is a house-style 403 JSON error."""
+    from greenops.telemetry.wire import IngestError
+
+    try:
+        return authorize(user, slug, action)
+    except PermissionDenied as exc:
+        raise IngestError(403, "forbidden", None, str(exc)) from None
+
+
+def team_permission(action: str) -> Callable:
+    """Decorate a team page `view(request, team, ...)`; the URL passes `slug`.
+
+    The role is put on the request (`request.team_role`) for templates that show or hide
+    buttons; the check itself never relies on the template.
+    """
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @login_required
+        @wraps(view)
+        def wrapper(request: HttpRequest, slug: str, *args, **kwargs) -> HttpResponse:
+            team, role = authorize(request.user, slug, action)
+            request.team_role = role
+            request.team_actions = allowed_actions(role)
+            return view(request, team, *args, **kwargs)
+
+        wrapper.permission_action = action  # lets a test list every guarded view
+        return wrapper
+
+    return decorator

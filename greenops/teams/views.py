@@ -1,0 +1,100 @@
+"""Team pages: create a team, members and invitations, the permission matrix, the audit log."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from greenops.teams import invitations, membership
+from greenops.teams.forms import InviteForm, RoleForm, TeamForm
+from greenops.teams.models import Membership, Team
+from greenops.teams.permissions import ROLE_ORDER, matrix_rows, team_permission
+
+
+@login_required
+def create_team(request: HttpRequest) -> HttpResponse:
+    form = TeamForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        team = membership.create_team(request.user, form.cleaned_data["name"])
+        return redirect("team-dashboard", team.slug)
+    return render(request, "teams/create.html", {"form": form})
+
+
+@team_permission("members.view")
+def members(request: HttpRequest, team: Team) -> HttpResponse:
+    can_manage = "members.manage" in request.team_actions
+    form = InviteForm(request.POST or None)
+    if request.method == "POST":
+        if not can_manage:
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied("members.manage needs the owner role")
+        if form.is_valid():
+            inv, _link = invitations.invite(team, request.user, form.cleaned_data["email"],
+                                            form.cleaned_data["role"])
+            messages.success(request, f"Invitation sent to {inv.email}.")
+            return redirect("team-members", team.slug)
+    ctx = {
+        "team": team, "form": form, "can_manage": can_manage, "roles": ROLE_ORDER,
+        "memberships": team.memberships.select_related("user").order_by("user__username"),
+        "pending": team.invitations.pending() if can_manage else [],
+    }
+    return render(request, "teams/members.html", ctx)
+
+
+@require_POST
+@team_permission("members.manage")
+def change_role(request: HttpRequest, team: Team, membership_id: int) -> HttpResponse:
+    m = get_object_or_404(Membership, id=membership_id, team=team)
+    form = RoleForm(request.POST)
+    if form.is_valid():
+        try:
+            membership.change_role(team, request.user, m, form.cleaned_data["role"])
+        except membership.MembershipError as exc:
+            messages.error(request, str(exc))
+    return redirect("team-members", team.slug)
+
+
+@require_POST
+@team_permission("members.manage")
+def remove_member(request: HttpRequest, team: Team, membership_id: int) -> HttpResponse:
+    m = get_object_or_404(Membership, id=membership_id, team=team)
+    try:
+        membership.remove_member(team, request.user, m)
+    except membership.MembershipError as exc:
+        messages.error(request, str(exc))
+    if not team.memberships.filter(user=request.user).exists():
+        return redirect("home")
+    return redirect("team-members", team.slug)
+
+
+@team_permission("team.view")
+def permissions_page(request: HttpRequest, team: Team) -> HttpResponse:
+    return render(request, "teams/permissions.html", {
+        "team": team, "roles": ROLE_ORDER, "rows": matrix_rows(), "role": request.team_role})
+
+
+@team_permission("audit.view")
+def audit_log(request: HttpRequest, team: Team) -> HttpResponse:
+    page = Paginator(team.audit_events.all(), 50).get_page(request.GET.get("page"))
+    return render(request, "teams/audit.html", {"team": team, "page": page})
+
+
+def accept_invitation(request: HttpRequest, token: str) -> HttpResponse:
+    """GET shows what the link is for; POST (logged in) joins. Anonymous: log in first."""
+    try:
+        inv = invitations.lookup(token)
+    except invitations.InvitationError as exc:
+        return render(request, "teams/invitation.html", {"error": str(exc)}, status=410
+                      if exc.code in ("used", "expired", "revoked") else 404)
+    if request.method == "POST" and request.user.is_authenticated:
+        try:
+            invitations.accept(token, request.user)
+        except invitations.InvitationError as exc:
+            return render(request, "teams/invitation.html", {"error": str(exc)}, status=410)
+        return redirect("team-dashboard", inv.team.slug)
+    return render(request, "teams/invitation.html", {"invitation": inv})

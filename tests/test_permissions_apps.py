@@ -1,0 +1,249 @@
+"""The team permission matrix on every page and API endpoint of the dashboards, workloads, kpis,
+costs and carbon apps, checked for every role plus an outsider.
+
+Expected minimum roles are written out here by hand (not read from MATRIX), so a change to the
+policy has to be made twice: once in greenops/teams/permissions.py and once, deliberately, here.
+Helpers and the role/outsider pattern come from tests/test_teams_permissions.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
+
+from greenops.teams.models import ApiToken, AuditEvent
+from greenops.teams.permissions import MATRIX, ROLE_ORDER
+from tests.test_carbon_emissions_csv import V2_CSV
+from tests.test_teams_permissions import ROLES, _patterns
+
+
+def _csv_upload() -> dict:
+    # A fresh file per request: an uploaded file object is read to its end by the first one.
+    return {"file": SimpleUploadedFile("emissions.csv", V2_CSV.encode(), content_type="text/csv")}
+
+
+# (id, method, path, minimum role, status when allowed, body)
+PAGES = [
+    ("dashboard", "get", "/teams/{slug}/", "viewer", 200, None),
+    ("host-detail", "get", "/teams/{slug}/hosts/{host}/", "viewer", 200, None),
+    ("workloads", "get", "/teams/{slug}/workloads/", "viewer", 200, None),
+    ("workload-new-form", "get", "/teams/{slug}/workloads/new/", "admin", 200, None),
+    ("workload-new", "post", "/teams/{slug}/workloads/new/", "admin", 302,
+     {"name": "Image Ranker", "kind": "inference"}),
+    ("workload-edit-form", "get", "/teams/{slug}/workloads/{workload}/edit/", "admin", 200, None),
+    ("workload-edit", "post", "/teams/{slug}/workloads/{workload}/edit/", "admin", 302,
+     {"name": "Ranker", "slug": "ranker", "kind": "batch"}),
+    ("api-tokens", "get", "/teams/{slug}/api-tokens/", "admin", 200, None),
+    ("api-token-create", "post", "/teams/{slug}/api-tokens/", "admin", 200, {"name": "ci"}),
+    ("api-token-revoke", "post", "/teams/{slug}/api-tokens/{token}/revoke/", "admin", 302, {}),
+    ("kpis", "get", "/teams/{slug}/kpis/", "viewer", 200, None),
+    ("kpis-workload", "get", "/teams/{slug}/kpis/workloads/{workload}/", "viewer", 200, None),
+    ("kpis-job", "get", "/teams/{slug}/kpis/jobs/{job}/", "viewer", 200, None),
+    ("costs", "get", "/teams/{slug}/costs/", "viewer", 200, None),
+    ("carbon-runs", "get", "/teams/{slug}/carbon/runs/", "viewer", 200, None),
+    ("carbon-upload", "post", "/teams/{slug}/carbon/runs/upload", "member", 302, _csv_upload),
+    ("carbon-sites", "get", "/teams/{slug}/carbon/sites/", "viewer", 200, None),
+]
+API = [
+    ("api-usage", "get", "/api/v1/teams/{slug}/usage", "viewer", 200, None),
+    ("api-workloads", "get", "/api/v1/teams/{slug}/workloads", "viewer", 200, None),
+    ("api-workload-new", "post", "/api/v1/teams/{slug}/workloads", "admin", 201,
+     {"name": "Image Ranker", "kind": "inference"}),
+    ("api-kpis", "get", "/api/v1/teams/{slug}/kpis", "viewer", 200, None),
+    ("api-recommendations", "get", "/api/v1/teams/{slug}/recommendations", "viewer", 200, None),
+    ("api-costs", "get", "/api/v1/teams/{slug}/costs", "viewer", 200, None),
+]
+CASES = PAGES + API
+IDS = [c[0] for c in CASES]
+
+
+@pytest.fixture
+def things(team, host):
+    """One of each object the paths name: a host, a workload, a training job, an API token."""
+    from greenops.workloads.models import TrainingJob, Workload
+
+    workload = Workload.objects.create(team=team, name="Ranker", slug="ranker", kind="inference")
+    job = TrainingJob.objects.create(team=team, workload=workload, name="run 1",
+                                     started_at=timezone.now())
+    token, _ = ApiToken.issue(team, "deploy")
+    return {"host": host[0].id, "workload": workload.slug, "job": job.id, "token": token.id}
+
+
+def _path(template: str, team, things) -> str:
+    return template.format(slug=team.slug, **things)
+
+
+def _call(client, method: str, path: str, body):
+    body = body() if callable(body) else body
+    if method == "get":
+        return client.get(path)
+    if path.startswith("/api/"):
+        return client.post(path, json.dumps(body or {}), content_type="application/json")
+    return client.post(path, body or {})
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_every_role_on_every_page_and_endpoint(client, team_roles, team, things, role, case):
+    name, method, template, min_role, ok_status, body = case
+    path = _path(template, team, things)
+    client.force_login(team_roles[role])
+    resp = _call(client, method, path, body)
+    if role == "outsider":
+        assert resp.status_code == 404, (name, resp.status_code)  # not even its existence
+    elif ROLE_ORDER.index(role) >= ROLE_ORDER.index(min_role):
+        assert resp.status_code == ok_status, (name, role, resp.status_code)
+    else:
+        assert resp.status_code == 403, (name, role, resp.status_code)
+        if path.startswith("/api/"):
+            assert resp.json()["error"] == "forbidden"
+            assert min_role in resp.json()["message"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_anonymous_is_sent_to_login_or_401(client, team, things, case):
+    name, method, template, *_, body = case
+    path = _path(template, team, things)
+    resp = _call(client, method, path, body)
+    if path.startswith("/api/"):
+        assert resp.status_code == 401, name
+    else:
+        assert resp.status_code == 302 and resp["Location"].startswith("/login/"), name
+
+
+def test_refused_writes_store_nothing(client, team_roles, team, things):
+    from greenops.carbon.models import Run
+    from greenops.workloads.models import Workload
+
+    client.force_login(team_roles["member"])
+    paths = {c[0]: _path(c[2], team, things) for c in CASES}
+    for name in ("workload-new", "workload-edit", "api-workload-new"):
+        case = next(c for c in CASES if c[0] == name)
+        assert _call(client, "post", paths[name], case[5]).status_code == 403, name
+    assert list(Workload.objects.values_list("slug", "kind")) == [("ranker", "inference")]
+    assert client.post(paths["api-token-create"], {"name": "sneaky"}).status_code == 403
+    assert client.post(paths["api-token-revoke"]).status_code == 403
+    assert list(ApiToken.objects.values_list("name", "revoked_at")) == [("deploy", None)]
+    client.force_login(team_roles["viewer"])
+    assert client.post(paths["carbon-upload"], _csv_upload()).status_code == 403
+    assert not Run.objects.exists()
+    assert not AuditEvent.objects.exists()
+
+
+def test_allowed_upload_stores_the_runs(client, team_roles, team):
+    from greenops.carbon.models import Run
+
+    client.force_login(team_roles["member"])
+    resp = client.post(f"/teams/{team.slug}/carbon/runs/upload", _csv_upload())
+    assert resp.status_code == 302 and Run.objects.filter(team=team).count() == 2
+
+
+def test_token_create_and_revoke_are_audited_once(client, team_roles, team):
+    admin = team_roles["admin"]
+    client.force_login(admin)
+    assert client.post(f"/teams/{team.slug}/api-tokens/", {"name": "ci"}).status_code == 200
+    token = ApiToken.objects.get(team=team, name="ci")
+    created = AuditEvent.objects.get(action="token.created")
+    assert (created.team, created.actor, created.target) == (team, admin, str(token))
+    assert created.detail == {"token_id": token.id}
+    url = f"/teams/{team.slug}/api-tokens/{token.id}/revoke/"
+    assert client.post(url).status_code == 302
+    assert client.post(url).status_code == 302  # a double click revokes (and records) nothing
+    revoked = AuditEvent.objects.filter(action="token.revoked")
+    assert [(e.actor, e.target) for e in revoked] == [(admin, str(token))]
+    assert AuditEvent.objects.count() == 2
+
+
+def test_token_name_missing_is_not_audited(client, team_roles, team):
+    client.force_login(team_roles["owner"])
+    assert client.post(f"/teams/{team.slug}/api-tokens/", {"name": " "}).status_code == 400
+    assert not ApiToken.objects.exists() and not AuditEvent.objects.exists()
+
+
+@pytest.mark.parametrize(("role", "shown"), [("admin", True), ("member", False)])
+def test_pages_offer_only_what_the_role_may_do(client, team_roles, team, role, shown):
+    client.force_login(team_roles[role])
+    html = client.get(f"/teams/{team.slug}/workloads/").content.decode()
+    assert ("Register a workload" in html or "Register one" in html) is shown
+
+
+@pytest.mark.parametrize(("role", "shown"), [("member", True), ("viewer", False)])
+def test_runs_page_offers_upload_only_to_members(client, team_roles, team, role, shown):
+    client.force_login(team_roles[role])
+    html = client.get(f"/teams/{team.slug}/carbon/runs/").content.decode()
+    assert (f"/teams/{team.slug}/carbon/runs/upload" in html) is shown
+
+
+TOKEN_ENDPOINTS = [
+    ("post", "/api/v1/training-jobs"),
+    ("post", "/api/v1/inference"),
+    ("post", "/api/v1/codecarbon/emissions-csv"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), TOKEN_ENDPOINTS)
+def test_machine_endpoints_want_a_token_not_a_session(client, team_roles, method, path):
+    """Applications use team API tokens; even an owner's browser session is not one."""
+    client.force_login(team_roles["owner"])
+    assert _call(client, method, path, {}).status_code == 401
+
+
+def _team_url_modules():
+    from dashboards import urls as dashboards_urls
+    from greenops.carbon import urls as carbon_urls
+    from greenops.costs import urls as costs_urls
+    from greenops.kpis import urls as kpis_urls
+    from greenops.workloads import urls as workloads_urls
+
+    # The apps' url modules are mounted under teams/<slug>/; dashboards' team pages carry it.
+    for module in (workloads_urls, kpis_urls, costs_urls, carbon_urls, dashboards_urls):
+        for pattern in _patterns(module.urlpatterns):
+            route = str(pattern.pattern)
+            if module is dashboards_urls and "<slug:slug>" not in route:
+                continue  # home and healthz belong to no team
+            yield "/teams/{slug}/" + route.replace("teams/<slug:slug>/", ""), pattern
+
+
+def test_every_team_page_of_these_apps_is_guarded_by_the_matrix():
+    """A new team page without @team_permission fails here."""
+    for route, pattern in _team_url_modules():
+        action = getattr(pattern.callback, "permission_action", None)
+        assert action in MATRIX, f"{route} is not guarded by team_permission"
+
+
+def test_case_list_covers_every_team_page():
+    covered = {c[2].replace("{slug}", "").split("{")[0] for c in PAGES}
+    for route, _pattern in _team_url_modules():
+        prefix = route.replace("{slug}", "").split("<")[0]
+        assert prefix in covered, f"{route} has no permission test"
+
+
+def _session_team_operations():
+    from ninja.security import SessionAuth
+
+    from greenops.api.v1 import api
+
+    for _prefix, router in api._routers:
+        for path, view in router.path_operations.items():
+            for op in view.operations:
+                if "{slug}" in path and any(isinstance(a, SessionAuth) for a in op.auth_callbacks):
+                    yield path, op
+
+
+def test_every_team_endpoint_of_these_apps_checks_the_matrix_and_is_tested():
+    modules = {"greenops.api.v1", "greenops.workloads.api", "greenops.kpis.api",
+               "greenops.costs.api", "greenops.carbon.api"}
+    covered = {(c[1].upper(), c[2].removeprefix("/api/v1")) for c in API}
+    seen = 0
+    for path, op in _session_team_operations():
+        if op.view_func.__module__ not in modules:
+            continue  # teams and hosts endpoints: tests/test_teams_permissions.py
+        seen += 1
+        assert "authorize_api(" in inspect.getsource(op.view_func), path
+        for method in op.methods:
+            assert (method, path) in covered, f"{method} {path} has no permission test"
+    assert seen == len(API)
