@@ -94,9 +94,12 @@ def decode(payload: bytes) -> dict:
     return json.loads(gzip.decompress(payload))
 
 
-def restamp(payload: bytes, sent_at: float) -> bytes:
+def restamp(payload: bytes, sent_at: float, spool: dict | None = None) -> bytes:
     """Set ``sent_at`` to the moment of sending: a spooled batch may go out hours late, and
-    the server compares ``sent_at`` with its own clock to spot agent clock skew."""
+    the server compares ``sent_at`` with its own clock to spot agent clock skew. ``spool``
+    (depth, oldest_age_s) tells the server how far behind this host's shipping is."""
     doc = decode(payload)
     doc["sent_at"] = sent_at
+    if spool is not None:
+        doc["spool"] = spool
     return encode(doc)

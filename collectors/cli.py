@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--config", metavar="FILE", help="TOML config file")
 
     sub.add_parser("version", help="print the agent version")
+    from collectors import cli_host
+
+    cli_host.add_parsers(sub)
+    from collectors import cli_jobs
+
+    cli_jobs.add_parsers(sub)
     return parser
 
 
@@ -106,6 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    from collectors import cli_host
+
+    if args.command in cli_host.COMMANDS:
+        return cli_host.dispatch(args)
+    from collectors import cli_jobs
+
+    if args.command in cli_jobs.COMMANDS:
+        return cli_jobs.dispatch(args)
     # Imported here so that --help and version stay instant and dependency-free.
     from collectors.config import ConfigError, load_config
 
@@ -145,11 +159,15 @@ def show_status(config: object) -> int:
     print(f"last ack:        {last_ack}")
     print(f"rejected:        {st.rejected}")
     print(f"dropped (full):  {st.dropped_batches}")
+    from collectors.cli_host import print_status_server
+
+    print_status_server(config)
     return 0
 
 
 def run(config: object) -> int:
     from collectors.agent import Agent
+    from collectors.channels import build_channels
     from collectors.config import AgentConfig
     from collectors.inventory import build_inventory
     from collectors.shipper import Shipper
@@ -194,6 +212,7 @@ def run(config: object) -> int:
         interval_s=config.interval,
         batch_seconds=config.batch_seconds,
         flush_timeout_s=config.flush_timeout,
+        channels=build_channels(config, simulated=bool(config.simulate)),
     )
 
     def on_signal(signum: int, frame: object) -> None:

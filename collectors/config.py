@@ -21,6 +21,19 @@ DEFAULT_CONFIG_FILE = Path("/etc/greenops/agent.toml")
 ENV_PREFIX = "GREENOPS_"
 
 
+def user_config_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "greenops" / "agent.toml"
+
+
+def default_config_file() -> Path:
+    """Where `enroll` writes and `run` reads: /etc/greenops/agent.toml for root; for anyone
+    else their own ~/.config/greenops/agent.toml if it exists, else the system file."""
+    if hasattr(os, "geteuid") and os.geteuid() != 0 and user_config_file().is_file():
+        return user_config_file()
+    return DEFAULT_CONFIG_FILE
+
+
 class ConfigError(ValueError):
     """A setting is missing or malformed; the CLI prints it as one line and exits 2."""
 
@@ -41,6 +54,10 @@ class AgentConfig:
     backoff_base: float = 1.0
     backoff_cap: float = 300.0
     nvml_lib: str | None = None  # dotted module to use instead of pynvml (tests, benchmarks)
+    host_energy: str = "codecarbon"  # CPU/RAM energy: "codecarbon" (if installed) or "off"
+    host_energy_interval: float = 15.0  # seconds between CPU/RAM readings
+    scrape_interval: float = 15.0  # seconds between scrapes of the inference servers
+    scrape: tuple = ()  # [[scrape]] tables of the TOML file: collectors.scrape.Target
 
     @property
     def spool_path(self) -> Path:
@@ -59,6 +76,15 @@ _FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
 
 
 def _coerce(name: str, value: Any, origin: str) -> Any:
+    if name == "scrape":
+        from collectors.scrape import TargetError, parse_target
+
+        if not isinstance(value, list):  # also GREENOPS_SCRAPE: targets need the file
+            raise ConfigError(f"{origin}: scrape targets are [[scrape]] tables of the config file")
+        try:
+            return tuple(parse_target(doc, f"scrape[{i}]") for i, doc in enumerate(value))
+        except TargetError as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
     default = _FIELDS[name].default
     kind = type(default) if default is not None else (int if name == "simulate" else str)
     try:
@@ -104,8 +130,8 @@ def load_config(
     path_text = config_file or environ.get(ENV_PREFIX + "CONFIG")
     if path_text:
         values.update(read_config_file(Path(path_text).expanduser()))
-    elif DEFAULT_CONFIG_FILE.is_file():
-        values.update(read_config_file(DEFAULT_CONFIG_FILE))
+    elif default_config_file().is_file():
+        values.update(read_config_file(default_config_file()))
     for name in _FIELDS:
         env_value = environ.get(ENV_PREFIX + name.upper())
         if env_value not in (None, ""):
@@ -116,6 +142,10 @@ def load_config(
     config = AgentConfig(**values)
     if config.interval <= 0 or config.batch_seconds <= 0:
         raise ConfigError("interval and batch_seconds must be positive")
+    if config.host_energy not in ("codecarbon", "off"):
+        raise ConfigError("host_energy must be \"codecarbon\" or \"off\"")
+    if config.host_energy_interval <= 0 or config.scrape_interval <= 0:
+        raise ConfigError("host_energy_interval and scrape_interval must be positive")
     if config.simulate is not None and config.simulate < 1:
         raise ConfigError("simulate must be at least 1 GPU")
     return config

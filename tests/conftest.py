@@ -127,3 +127,19 @@ def post_batch(client, django_capture_on_commit_callbacks):
             return client.post("/api/v1/samples", body, content_type="application/json", **extra)
 
     return post
+
+
+@pytest.fixture
+def team_roles(team, users):
+    """One user per role in `team` (owner and member from `users`, plus admin and viewer), and
+    the outsider, for permission-matrix tests: {"owner": user, ..., "outsider": user}."""
+    from django.contrib.auth.models import User
+
+    from greenops.teams.models import Membership, Role
+
+    out = {"owner": users["owner"], "member": users["member"], "outsider": users["outsider"]}
+    for role in (Role.ADMIN, Role.VIEWER):
+        user = User.objects.create_user(str(role), f"{role}@example.com", f"pw-{role}")
+        Membership.objects.create(team=team, user=user, role=role)
+        out[str(role)] = user
+    return out

@@ -140,7 +140,9 @@ def test_wire_headers_and_gzip_body(spool, server):
     assert req.headers["Content-Type"] == "application/json"
     assert req.headers["Content-Encoding"] == "gzip"
     doc = json.loads(gzip.decompress(req.raw).decode("utf-8"))
-    assert set(doc) == {"batch_id", "agent_version", "sent_at", "source", "samples"}
+    assert set(doc) == {"batch_id", "agent_version", "sent_at", "source", "samples", "spool"}
+    # The backlog when this batch went out, itself included (issue 4: spool lag on the host list).
+    assert doc["spool"]["depth"] == 1 and doc["spool"]["oldest_age_s"] >= 0
     assert doc["batch_id"] == batch_id
     assert doc["agent_version"] == "0.1.0"
     assert doc["source"] == "nvml"

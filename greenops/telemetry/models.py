@@ -48,6 +48,15 @@ class Host(models.Model):
     agent_version = models.CharField(max_length=32, blank=True)
     last_seen = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Issue 4: facts reported at enrollment, the agent's spool as of its last batch, lifecycle.
+    cpu_model = models.CharField(max_length=255, blank=True)
+    ram_total_mib = models.PositiveIntegerField(null=True, blank=True)
+    facts_source = models.CharField(max_length=32, blank=True, help_text="config, aws-imds")
+    spool_depth = models.PositiveIntegerField(null=True, blank=True)
+    spool_oldest_age_s = models.FloatField(null=True, blank=True)
+    spool_reported_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    removed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -173,3 +182,35 @@ class GpuHour(RollupFields):
 
 
 ROLLUPS = {"minute": GpuMinute, "hour": GpuHour}
+
+
+# --- Enrollment and host lifecycle (issue 4) ----------------------------------------------
+
+ENROLL_TOKEN_PREFIX = "gen_"
+
+
+class EnrollmentToken(models.Model):
+    """A single-use, short-lived secret that `greenops-agent enroll` trades for a host token.
+
+    Shown once on the Add host page; only its hash is kept. Claimed with a conditional update,
+    so two agents racing with the same token get one host between them.
+    """
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="enrollment_tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_prefix = models.CharField(max_length=12)
+    created_by = models.ForeignKey(
+        "auth.User", models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    host = models.ForeignKey(
+        Host, models.SET_NULL, null=True, blank=True, related_name="enrollment_tokens"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.token_prefix}… for {self.team}"

@@ -1,0 +1,147 @@
+"""The host-setup subcommands of ``greenops-agent``: ``enroll`` and ``doctor``, and the server
+lines of ``status``. Kept apart from cli.py, which owns ``run``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from collectors.config import ConfigError, load_config
+
+COMMANDS = ("enroll", "doctor")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    enroll = sub.add_parser(
+        "enroll",
+        help="register this host with a GreenOps server (once, with a token from Add host)",
+        description="Trade the single-use enrollment token from the server's Add host page "
+        "for this host's own token, register its GPUs and facts, and write server and token "
+        "to the config file (mode 0600) that `run` reads: /etc/greenops/agent.toml as root, "
+        "else ~/.config/greenops/agent.toml.",
+    )
+    enroll.add_argument("--server", required=True, help="GreenOps server base URL")
+    enroll.add_argument("--token", required=True, help="enrollment token (gen_...), single use")
+    enroll.add_argument("--config", metavar="FILE", help="config file to write")
+    enroll.add_argument("--name", help="hostname to register (default: this host's name)")
+    enroll.add_argument("--simulate", type=int, metavar="N",
+                        help="register N simulated GPUs (no NVML); `run` then simulates too")
+    enroll.add_argument("--nvml-lib", metavar="MODULE", help="import this instead of pynvml")
+    enroll.add_argument("--instance-type", help="e.g. p4d.24xlarge (default: cloud metadata)")
+    enroll.add_argument("--region", help="e.g. us-east-1 (default: cloud metadata)")
+    enroll.add_argument("--provider", help="aws, gcp, azure or on_prem")
+    enroll.add_argument("--country", help="ISO 3166 alpha-3 country, e.g. USA")
+    enroll.add_argument(
+        "--metadata-url",
+        default=os.environ.get("GREENOPS_METADATA_URL", "http://169.254.169.254"),
+        help="instance metadata service (AWS IMDSv2); 'off' to skip. Asked only when instance "
+        "type or region is not given, with a 0.3 s timeout",
+    )
+
+    doctor = sub.add_parser("doctor", help="check NVML, metrics, codecarbon, server, clock, token")
+    doctor.add_argument("--config", metavar="FILE", help="TOML config file")
+    doctor.add_argument("--server", help="GreenOps server base URL")
+    doctor.add_argument("--nvml-lib", metavar="MODULE", help="import this instead of pynvml")
+    doctor.add_argument("--simulate", type=int, metavar="N", help="check with N simulated GPUs")
+
+
+def _fail(message: str) -> int:
+    from collectors.cli import fail
+
+    return fail(message)
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "enroll":
+        return enroll(args)
+    return doctor(args)
+
+
+def _gpus(simulate: int | None, nvml_lib: str | None) -> list[dict]:
+    from collectors.inventory import build_inventory
+    from collectors.simulated import SimulatedSource
+    from collectors.sources import NvmlSource, NvmlUnavailable, load_nvml_lib
+
+    try:
+        source = SimulatedSource(simulate) if simulate else NvmlSource(load_nvml_lib(nvml_lib))
+    except NvmlUnavailable as exc:
+        raise ConfigError(f"{exc}; use --simulate N to enroll with simulated GPUs") from None
+    except ImportError as exc:
+        raise ConfigError(f"cannot import the NVML library: {exc}") from None
+    try:
+        gpus = build_inventory(source.gpus())["gpus"]
+    finally:
+        source.close()
+    if not gpus:
+        raise ConfigError("NVML found no GPUs on this host; use --simulate N for a demo host")
+    return gpus
+
+
+def enroll(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from collectors import enroll as en
+
+    if args.simulate is not None and args.simulate < 1:
+        return _fail("--simulate must be at least 1 GPU")
+    path = Path(args.config).expanduser() if args.config else en.enroll_config_path()
+    try:
+        gpus = _gpus(args.simulate, args.nvml_lib)
+        configured = {"instance_type": args.instance_type, "region": args.region,
+                      "provider": args.provider, "country": args.country}
+        metadata = None if args.metadata_url in ("", "off", "none") else args.metadata_url
+        facts = en.gather_facts(configured, metadata)
+        doc = en.request_enrollment(args.server, args.token, gpus, facts, hostname=args.name)
+        updates: dict = {"server": args.server.rstrip("/"), "token": doc["token"]}
+        if args.simulate:
+            updates["simulate"] = args.simulate
+        if args.nvml_lib:
+            updates["nvml_lib"] = args.nvml_lib
+        en.write_config(path, updates)
+    except (en.EnrollError, ConfigError) as exc:
+        return _fail(str(exc))
+    print(f"enrolled as host {doc['host']} in team {doc['team']} ({doc['gpus']} GPUs); "
+          f"token written to {path} (mode 0600)")
+    print(f"next: greenops-agent run{' --config ' + str(path) if args.config else ''}"
+          "   (or enable the systemd unit from the Add host page)")
+    return 0
+
+
+def doctor(args: argparse.Namespace) -> int:
+    from collectors import doctor as dr
+
+    flags = {"server": args.server, "nvml_lib": args.nvml_lib, "simulate": args.simulate}
+    try:
+        config = load_config(flags, config_file=args.config)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    checks = dr.run_checks(config)
+    for check in checks:
+        print(check.line())
+    failed = [c for c in checks if c.status == dr.FAIL]
+    print(f"{len(failed)} problem(s)" if failed else "all checks passed")
+    return 1 if failed else 0
+
+
+def status_server_lines(config) -> list[str]:
+    """`status`: is the server reachable, and does it still accept this host's token?"""
+    from collectors import probe
+
+    if not config.server:
+        return ["server:          not configured"]
+    answer, _skew = probe.server_time(config.server, timeout_s=3.0)
+    if answer.status is None or not answer.ok:
+        return [f"server:          {config.server} unreachable ({answer.server_message()})"]
+    lines = [f"server:          {config.server} reachable ({answer.rtt_s * 1000:.0f} ms)"]
+    if config.token:
+        who = probe.whoami(config.server, config.token, timeout_s=3.0)
+        host = who.doc.get("host") if who.ok else None
+        lines.append(f"token:           accepted (host {host})" if who.ok
+                     else "token:           REJECTED (revoked or rotated? enroll again)")
+    return lines
+
+
+def print_status_server(config) -> None:
+    for line in status_server_lines(config):
+        print(line, file=sys.stdout)

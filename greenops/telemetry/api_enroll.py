@@ -1,0 +1,100 @@
+"""API for host agents and host management: enroll, server time, whoami, the host list, issue
+enrollment tokens, revoke/rotate/remove. Mounted at /api/v1/ by greenops/api/v1.py."""
+
+from __future__ import annotations
+
+import time
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from ninja import Router, Schema
+from ninja.responses import Status
+from ninja.security import django_auth
+
+from greenops.teams.permissions import authorize_api
+from greenops.telemetry import enrollment, ingest
+from greenops.telemetry.host_status import host_statuses
+from greenops.telemetry.models import Host
+
+router = Router(tags=["hosts"])
+
+
+class ErrorOut(Schema):
+    error: str
+    field: str | None
+    message: str
+
+
+class EnrolledOut(Schema):
+    host: str
+    host_id: int
+    team: str
+    token: str
+    gpus: int
+
+
+@router.post("/enroll", response={201: EnrolledOut, 400: ErrorOut, 401: ErrorOut, 422: ErrorOut},
+             summary="Trade a single-use enrollment token for a host token")
+def post_enroll(request: HttpRequest):
+    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    host, token = enrollment.enroll(doc)
+    return Status(201, {"host": host.name, "host_id": host.id, "team": host.team.slug,
+                        "token": token, "gpus": host.gpus.count()})
+
+
+@router.get("/time", summary="Server clock (Unix seconds), for the agent's clock-skew check")
+def get_time(request: HttpRequest):
+    return {"time": time.time(), "iso": timezone.now().isoformat()}
+
+
+@router.get("/agent/whoami", response={200: dict, 401: ErrorOut},
+            summary="Which host this host token belongs to (the agent's status/doctor check)")
+def get_whoami(request: HttpRequest):
+    host = ingest.host_for_token(request.headers.get("Authorization"))
+    return {"host": host.name, "team": host.team.slug, "gpus": host.gpus.count()}
+
+
+@router.get("/teams/{slug}/hosts", auth=django_auth, response={200: list[dict], 403: ErrorOut,
+                                                               404: ErrorOut})
+def list_hosts(request: HttpRequest, slug: str):
+    team, _ = authorize_api(request.user, slug, "hosts.view")
+    return Status(200, [s.as_dict() for s in host_statuses(team)])
+
+
+@router.post("/teams/{slug}/enrollment-tokens", auth=django_auth,
+             response={201: dict, 403: ErrorOut, 404: ErrorOut})
+def create_enrollment_token(request: HttpRequest, slug: str):
+    team, _ = authorize_api(request.user, slug, "hosts.manage")
+    row, token = enrollment.issue_enrollment_token(team, request.user)
+    return Status(201, {"token": token, "expires_at": row.expires_at.isoformat()})
+
+
+def _host(team, host_id: int) -> Host:
+    return get_object_or_404(Host, id=host_id, team=team, removed_at__isnull=True)
+
+
+@router.post("/teams/{slug}/hosts/{host_id}/revoke", auth=django_auth,
+             response={200: dict, 403: ErrorOut, 404: ErrorOut})
+def api_revoke_host(request: HttpRequest, slug: str, host_id: int):
+    team, _ = authorize_api(request.user, slug, "hosts.manage")
+    host = _host(team, host_id)
+    enrollment.revoke(host, request.user)
+    return Status(200, {"host": host.name, "token_state": "revoked"})
+
+
+@router.post("/teams/{slug}/hosts/{host_id}/rotate", auth=django_auth,
+             response={200: dict, 403: ErrorOut, 404: ErrorOut})
+def api_rotate_host(request: HttpRequest, slug: str, host_id: int):
+    team, _ = authorize_api(request.user, slug, "hosts.manage")
+    host = _host(team, host_id)
+    return Status(200, {"host": host.name, "token": enrollment.rotate(host, request.user)})
+
+
+@router.delete("/teams/{slug}/hosts/{host_id}", auth=django_auth,
+               response={200: dict, 403: ErrorOut, 404: ErrorOut})
+def api_remove_host(request: HttpRequest, slug: str, host_id: int):
+    team, _ = authorize_api(request.user, slug, "hosts.manage")
+    host = _host(team, host_id)
+    enrollment.remove(host, request.user)
+    return Status(200, {"host": host.name, "token_state": "removed"})
