@@ -1,5 +1,72 @@
 """JSON API of the kpis app, mounted on /api/v1/ by greenops/api/v1.py."""
 
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
 from ninja import Router
+from ninja.responses import Status
+from ninja.security import django_auth
+
+from greenops.kpis import inference, queries
+from greenops.teams.auth import team_or_host_token_auth
+from greenops.teams.permissions import authorize_api
+from greenops.telemetry import ingest
+from greenops.telemetry.wire import IngestError
+from greenops.workloads.models import Workload
 
 router = Router(tags=["kpis"])
+
+_COUNT = {"type": "integer", "minimum": 0}
+INFERENCE_SCHEMA = {
+    "type": "object",
+    "required": ["batch_id", "windows"],
+    "properties": {
+        "batch_id": {"type": "string", "format": "uuid",
+                     "description": "Fixed by the sender; a resend is a no-op."},
+        "windows": {"type": "array", "maxItems": inference.MAX_WINDOWS, "items": {
+            "type": "object", "required": ["workload", "end", "requests"],
+            "properties": {
+                "workload": {"type": "string", "description": "Workload slug"},
+                "end": {"type": "number", "description": "Window end, Unix seconds"},
+                "requests": {**_COUNT, "description": "Inferences in the window (delta)"},
+                "success": _COUNT, "failure": _COUNT,
+                "tokens": {**_COUNT, "description": "Generated tokens in the window"},
+                "latency": {"type": "object", "required": ["le", "counts"], "properties": {
+                    "unit": {"enum": list(inference.UNIT_TO_MS)},
+                    "le": {"type": "array", "items": {"type": "number"}},
+                    "counts": {"type": "array", "items": _COUNT,
+                               "description": "len(le) + 1; the last is the +Inf bucket"},
+                    "cumulative": {"type": "boolean",
+                                   "description": "true for Prometheus _bucket deltas"},
+                    "sum": {"type": "number"},
+                }},
+            },
+        }},
+    },
+}
+
+
+@router.post(
+    "/inference",
+    auth=team_or_host_token_auth,
+    response={202: dict},
+    summary="Send inference counts and latency histograms (team API token or host token)",
+    openapi_extra={"requestBody": {"required": True, "content": {
+        "application/json": {"schema": INFERENCE_SCHEMA}}}},
+)
+def post_inference(request: HttpRequest):
+    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    return Status(202, inference.accept(request.auth.team, doc, sender=request.auth.label))
+
+
+@router.get("/teams/{slug}/kpis", auth=django_auth, response={200: dict},
+            summary="KPIs of a team or one of its workloads, with the previous period")
+def get_kpis(request: HttpRequest, slug: str, range: str = "day", workload: str = ""):
+    team, _role = authorize_api(request.user, slug, "team.view")
+    if range not in queries.RANGES:
+        raise IngestError(422, "validation_error", "range",
+                          f"one of {', '.join(queries.RANGES)}")
+    wl = get_object_or_404(Workload, team=team, slug=workload) if workload else None
+    return Status(200, {"team": team.slug, "workload": workload or None,
+                        **queries.overview(team, wl, range)})

@@ -1,5 +1,121 @@
-"""JSON API of the workloads app, mounted on /api/v1/ by greenops/api/v1.py."""
+"""JSON API of the workloads app, mounted on /api/v1/ by greenops/api/v1.py.
 
+People (session) list and register workloads; applications (team API token, or a host token of
+the team) start and stop training jobs.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
 from ninja import Router
+from ninja.responses import Status
+from ninja.security import django_auth
+
+from greenops.kpis import jobs
+from greenops.teams.auth import team_or_host_token_auth
+from greenops.teams.permissions import authorize_api
+from greenops.telemetry import ingest
+from greenops.telemetry.models import Gpu
+from greenops.telemetry.wire import invalid
+from greenops.workloads.forms import WorkloadForm, first_error
+from greenops.workloads.models import Workload
 
 router = Router(tags=["workloads"])
+
+WORKLOAD_KEYS = {"name", "slug", "kind", "description", "hosts", "gpus", "interruptible",
+                 "checkpoint_interval_min", "latency_critical"}
+
+
+def workload_out(w: Workload) -> dict:
+    return {
+        "slug": w.slug, "name": w.name, "kind": w.kind, "description": w.description,
+        "hosts": [h.name for h in w.hosts.all()],
+        "gpus": [{"host": g.host.name, "index": g.index, "uuid": g.uuid}
+                 for g in w.gpus.select_related("host")],
+        "interruptible": w.interruptible, "checkpoint_interval_min": w.checkpoint_interval_min,
+        "latency_critical": w.latency_critical,
+    }
+
+
+def _form_data(team, doc: dict) -> dict:
+    """API names (host names, GPU UUIDs or {host, index}) -> the form's primary keys."""
+    unknown = set(doc) - WORKLOAD_KEYS
+    if unknown:
+        raise invalid(sorted(unknown)[0], "is not a known field")
+    data = {k: v for k, v in doc.items() if k not in ("hosts", "gpus")}
+    hosts = doc.get("hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise invalid("hosts", "must be an array of host names")
+    by_name = dict(team.hosts.filter(name__in=hosts).values_list("name", "id"))
+    for i, h in enumerate(hosts):
+        if h not in by_name:
+            raise invalid(f"hosts[{i}]", "no host of this team with that name")
+    data["hosts"] = [by_name[h] for h in hosts]
+    gpus = doc.get("gpus", [])
+    if not isinstance(gpus, list):
+        raise invalid("gpus", "must be an array of GPU UUIDs or {host, index} objects")
+    ids = []
+    for i, g in enumerate(gpus):
+        team_gpus = Gpu.objects.filter(host__team=team)
+        if isinstance(g, str):
+            gpu = team_gpus.filter(uuid=g).first() if g else None
+        elif isinstance(g, dict) and set(g) == {"host", "index"} and type(g["index"]) is int:
+            gpu = team_gpus.filter(host__name=g["host"], index=g["index"]).first()
+        else:
+            raise invalid(f"gpus[{i}]", "must be a GPU UUID or {\"host\": name, \"index\": n}")
+        if gpu is None:
+            raise invalid(f"gpus[{i}]", "no such GPU on this team's hosts")
+        ids.append(gpu.id)
+    data["gpus"] = ids
+    for flag in ("interruptible", "latency_critical"):
+        if flag in data and type(data[flag]) is not bool:
+            raise invalid(flag, "must be true or false")
+        if not data.get(flag):
+            data.pop(flag, None)  # an unchecked box is an absent key in form data
+    return data
+
+
+@router.get("/teams/{slug}/workloads", auth=django_auth, summary="A team's workloads")
+def list_workloads(request: HttpRequest, slug: str):
+    team, _role = authorize_api(request.user, slug, "team.view")
+    return [workload_out(w) for w in team.workloads.prefetch_related("hosts")]
+
+
+@router.post("/teams/{slug}/workloads", auth=django_auth, response={201: dict},
+             summary="Register a workload (owner or admin)")
+def create_workload(request: HttpRequest, slug: str):
+    team, _role = authorize_api(request.user, slug, "workloads.manage")
+    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    if not isinstance(doc, dict):
+        raise invalid("", "the payload must be a JSON object")
+    form = WorkloadForm(_form_data(team, doc), team=team)
+    if not form.is_valid():
+        raise invalid(*first_error(form))
+    return Status(201, workload_out(form.save()))
+
+
+def _caller_team(request: HttpRequest):
+    return request.auth.team
+
+
+@router.post("/training-jobs", auth=team_or_host_token_auth, response={201: dict},
+             summary="Start a training job (team API token or host token)")
+def start_training_job(request: HttpRequest):
+    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    job = jobs.start_job(_caller_team(request), doc, started_by=request.auth.label)
+    return Status(201, jobs.summary(job))
+
+
+@router.post("/training-jobs/{job_id}/stop", auth=team_or_host_token_auth, response={200: dict},
+             summary="Stop a training job; its energy, carbon and cost are computed")
+def stop_training_job(request: HttpRequest, job_id: int):
+    job = jobs.job_for_caller(_caller_team(request), job_id)
+    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding")) \
+        if request.body else {}
+    return Status(200, jobs.summary(jobs.stop_job(job, doc)))
+
+
+@router.get("/training-jobs/{job_id}", auth=team_or_host_token_auth, response={200: dict},
+            summary="A training job's figures")
+def get_training_job(request: HttpRequest, job_id: int):
+    return Status(200, jobs.summary(jobs.job_for_caller(_caller_team(request), job_id)))

@@ -56,3 +56,70 @@ class Workload(models.Model):
         return Gpu.objects.filter(
             models.Q(id__in=self.gpus.values("id")) | models.Q(host__in=self.hosts.values("id"))
         ).distinct()
+
+
+class TrainingJobQuerySet(models.QuerySet):
+    def running(self) -> TrainingJobQuerySet:
+        return self.filter(stopped_at__isnull=True)
+
+
+class TrainingJob(models.Model):
+    """One training run: started and stopped through the API (or the client's context manager).
+
+    Its GPUs are fixed at start (named in the request, else the workload's), so relinking the
+    workload later does not rewrite a finished job's energy. Accounting figures are computed
+    from telemetry rollups by greenops.kpis.jobs and refreshed by the KPI beat task while late
+    samples may still arrive.
+    """
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="training_jobs")
+    workload = models.ForeignKey(Workload, models.CASCADE, related_name="training_jobs")
+    name = models.CharField(max_length=200)
+    # Optional client-chosen id: a retried start with the same id returns the same job.
+    external_id = models.CharField(max_length=100, blank=True)
+    gpus = models.ManyToManyField(Gpu, blank=True, related_name="training_jobs")
+    started_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    started_by = models.CharField(max_length=100, blank=True, help_text="token or host")
+    # Accounting, all from rollups (see greenops.kpis.jobs). Null until first computed.
+    gpu_energy_j = models.FloatField(null=True, blank=True)
+    cpu_ram_energy_j = models.FloatField(null=True, blank=True)
+    facility_energy_j = models.FloatField(null=True, blank=True)
+    pue = models.FloatField(null=True, blank=True)
+    pue_source = models.CharField(max_length=200, blank=True)
+    intensity_g_per_kwh = models.FloatField(null=True, blank=True)
+    intensity_source = models.CharField(max_length=300, blank=True)
+    co2e_kg = models.FloatField(null=True, blank=True)
+    cost_usd = models.FloatField(null=True, blank=True)
+    cost_source = models.CharField(max_length=200, blank=True)
+    gpu_hours = models.FloatField(null=True, blank=True)
+    simulated = models.BooleanField(default=False)
+    accounted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TrainingJobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "external_id"], name="training_job_external_id_per_team",
+                condition=~models.Q(external_id=""),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def facility_energy_kwh(self) -> float | None:
+        return None if self.facility_energy_j is None else self.facility_energy_j / 3_600_000
+
+    @property
+    def running(self) -> bool:
+        return self.stopped_at is None
+
+    def duration_s(self, now=None) -> float:
+        from django.utils import timezone
+
+        end = self.stopped_at or now or timezone.now()
+        return max(0.0, (end - self.started_at).total_seconds())

@@ -1,5 +1,13 @@
 """Pages of the workloads app, mounted under /teams/<slug>/ by greenops/urls.py."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from greenops.workloads import views
+
+urlpatterns = [
+    path("workloads/", views.workload_list, name="workload-list"),
+    path("workloads/new/", views.workload_create, name="workload-create"),
+    path("workloads/<slug:workload_slug>/edit/", views.workload_edit, name="workload-edit"),
+    path("api-tokens/", views.api_tokens, name="api-tokens"),
+    path("api-tokens/<int:token_id>/revoke/", views.api_token_revoke, name="api-token-revoke"),
+]

@@ -1,0 +1,208 @@
+"""POST /api/v1/inference: validating and storing inference counts and latency histograms.
+
+Payload (JSON, optionally gzip):
+
+    {"batch_id": "<uuid, fixed by the sender; a resend is a no-op>",
+     "windows": [{
+        "workload": "<workload slug of the token's team>",
+        "end": <Unix seconds: the end of the counting window>,
+        "requests": <int: inferences counted in the window (a delta, not a running total)>,
+        "success": <int, optional>, "failure": <int, optional>,
+        "tokens": <int, optional: generated tokens in the window>,
+        "latency": {                       # optional: a histogram, or a mean (sum + count)
+            "unit": "ms" | "s" | "us",      # default ms (vLLM histograms are in s)
+            "le": [<finite upper bounds, strictly increasing>],
+            "counts": [<len(le) + 1 ints; the last is the overflow bucket, le="+Inf">],
+            "cumulative": <bool, default false; true for Prometheus `_bucket` deltas, where
+                           each count includes the buckets below it and the last is the total>,
+            "sum": <optional: sum of the latencies in the window, in `unit`>,
+            "count": <optional int: how many latencies `sum` adds up; with a histogram it must
+                      equal the histogram's total. Without le/counts, sum + count alone give a
+                      mean latency but no percentiles -- Triton's default
+                      nv_inference_request_duration_us counter is such a sum>}}]}
+
+A window is attributed to the hour (and day) that contains its `end`. Every window is validated
+before anything is stored; the first problem is reported with its path, e.g.
+`windows[2].latency.counts[5]`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+import uuid
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from greenops.kpis import histogram
+from greenops.kpis.models import InferenceBatch, InferenceWindow
+from greenops.teams.models import Team
+from greenops.telemetry.wire import IngestError, invalid
+from greenops.workloads.models import Workload
+
+MAX_WINDOWS = 1000
+MAX_BOUNDS = 200
+MAX_COUNT = 10**15
+UNIT_TO_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001}
+WINDOW_KEYS = {"workload", "end", "requests", "success", "failure", "tokens", "latency"}
+LATENCY_KEYS = {"unit", "le", "counts", "cumulative", "sum", "count"}
+
+
+def _count(value, field: str, *, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise invalid(field, f"must be a non-negative integer{' or null' if optional else ''}")
+    return value
+
+
+def _number(value, field: str) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise invalid(field, "must be a finite number")
+    return float(value)
+
+
+def _latency_sum_ms(doc, field: str, scale: float) -> float | None:
+    if doc.get("sum") is None:
+        return None
+    sum_ms = _number(doc["sum"], f"{field}.sum") * scale
+    if sum_ms < 0:
+        raise invalid(f"{field}.sum", "must not be negative")
+    return sum_ms
+
+
+def parse_latency(doc, field: str) -> tuple[dict[int, int], float | None, int]:
+    """A latency histogram in any bucket layout, or a mean given as sum + count ->
+    (layout histogram, sum in ms, how many latencies the sum covers)."""
+    if not isinstance(doc, dict):
+        raise invalid(field, "must be an object with le and counts, or sum and count")
+    unknown = set(doc) - LATENCY_KEYS
+    if unknown:
+        raise invalid(f"{field}.{sorted(unknown)[0]}", "is not a known field")
+    unit = doc.get("unit", "ms")
+    if unit not in UNIT_TO_MS:
+        raise invalid(f"{field}.unit", "must be one of ms, s, us")
+    scale = UNIT_TO_MS[unit]
+    count = _count(doc.get("count"), f"{field}.count", optional=True)
+    le, counts = doc.get("le"), doc.get("counts")
+    if le is None and counts is None and "cumulative" not in doc:
+        # Mean only: no buckets, so no percentiles from this window.
+        if count is None:
+            raise invalid(f"{field}.count", "is required when le and counts are absent")
+        sum_ms = _latency_sum_ms(doc, field, scale)
+        if sum_ms is None:
+            raise invalid(f"{field}.sum", "is required when le and counts are absent")
+        return {}, sum_ms, count
+    if not isinstance(le, list) or not 1 <= len(le) <= MAX_BOUNDS:
+        raise invalid(f"{field}.le", f"must be an array of 1 to {MAX_BOUNDS} upper bounds")
+    bounds = []
+    for i, v in enumerate(le):
+        b = _number(v, f"{field}.le[{i}]")
+        if b <= 0 or (bounds and b <= bounds[-1]):
+            raise invalid(f"{field}.le[{i}]", "bounds must be positive and strictly increasing")
+        bounds.append(b)
+    if not isinstance(counts, list) or len(counts) != len(bounds) + 1:
+        raise invalid(f"{field}.counts",
+                      f"must be an array of {len(bounds) + 1} counts (one per bound plus the "
+                      "overflow bucket)")
+    clean = [_count(c, f"{field}.counts[{i}]", optional=False) for i, c in enumerate(counts)]
+    cumulative = doc.get("cumulative", False)
+    if type(cumulative) is not bool:
+        raise invalid(f"{field}.cumulative", "must be true or false")
+    if cumulative:
+        for i in range(1, len(clean)):
+            if clean[i] < clean[i - 1]:
+                raise invalid(f"{field}.counts[{i}]",
+                              "cumulative counts must not decrease from one bound to the next")
+        clean = histogram.decumulate(clean)
+    if count is not None and count != sum(clean):
+        raise invalid(f"{field}.count", f"is {count} but the histogram holds {sum(clean)}")
+    sum_ms = _latency_sum_ms(doc, field, scale)
+    # Without a sum the window adds nothing to the mean (but its buckets still count).
+    return histogram.rebucket([b * scale for b in bounds], clean), sum_ms, \
+        (sum(clean) if sum_ms is not None else 0)
+
+
+def parse_windows(doc, team: Team, *, now_s: float) -> tuple[uuid.UUID, list[InferenceWindow]]:
+    """Validate a whole payload; returns unsaved rows. Raises IngestError naming the field."""
+    if not isinstance(doc, dict):
+        raise invalid("", "the payload must be a JSON object")
+    unknown = set(doc) - {"batch_id", "windows", "sent_at"}
+    if unknown:
+        raise invalid(sorted(unknown)[0], "is not a known field")
+    if not isinstance(doc.get("batch_id"), str):
+        raise invalid("batch_id", "must be a UUID string")
+    try:
+        batch_id = uuid.UUID(doc["batch_id"])
+    except ValueError:
+        raise invalid("batch_id", "must be a UUID string") from None
+    windows = doc.get("windows")
+    if not isinstance(windows, list) or not windows:
+        raise invalid("windows", "must be a non-empty array")
+    if len(windows) > MAX_WINDOWS:
+        raise IngestError(413, "too_many_windows", "windows",
+                          f"{len(windows)} windows; a request may hold at most {MAX_WINDOWS}")
+    slugs = {w.get("workload") for w in windows if isinstance(w, dict)}
+    workloads = {
+        w.slug: w for w in Workload.objects.filter(
+            team=team, slug__in=[s for s in slugs if isinstance(s, str)])
+    }
+    max_future_s, max_age_s = settings.INGEST_MAX_FUTURE_S, settings.INGEST_MAX_AGE_S
+    rows, seen = [], set()
+    for i, w in enumerate(windows):
+        path = f"windows[{i}]"
+        if not isinstance(w, dict):
+            raise invalid(path, "must be an object")
+        unknown = set(w) - WINDOW_KEYS
+        if unknown:
+            raise invalid(f"{path}.{sorted(unknown)[0]}", "is not a known field")
+        slug = w.get("workload")
+        if not isinstance(slug, str) or slug not in workloads:
+            raise invalid(f"{path}.workload",
+                          "must be the slug of a workload of this team; register it first")
+        end_s = _number(w.get("end"), f"{path}.end")
+        if end_s > now_s + max_future_s:
+            raise invalid(f"{path}.end", f"is {end_s - now_s:.0f} s in the future; check the "
+                          "sender's clock")
+        if end_s < now_s - max_age_s:
+            raise invalid(f"{path}.end", f"is older than {max_age_s / 86400:g} days")
+        if (slug, end_s) in seen:
+            raise invalid(f"{path}.end", "two windows of the same workload share an end time")
+        seen.add((slug, end_s))
+        requests = _count(w.get("requests"), f"{path}.requests", optional=False)
+        success = _count(w.get("success"), f"{path}.success", optional=True)
+        failure = _count(w.get("failure"), f"{path}.failure", optional=True)
+        tokens = _count(w.get("tokens"), f"{path}.tokens", optional=True)
+        buckets, sum_ms, latency_n = ({}, None, 0)
+        if w.get("latency") is not None:
+            buckets, sum_ms, latency_n = parse_latency(w["latency"], f"{path}.latency")
+        rows.append(InferenceWindow(
+            workload=workloads[slug], end=dt.datetime.fromtimestamp(end_s, dt.UTC),
+            requests=requests, success=success, failure=failure, tokens=tokens,
+            latency_sum_ms=sum_ms, latency_n=latency_n,
+            latency_buckets=histogram.to_json(buckets),
+        ))
+    return batch_id, rows
+
+
+def accept(team: Team, doc, sender: str = "", now_s: float | None = None) -> dict:
+    """Validate and store a payload exactly once. Nothing is stored when anything is invalid."""
+    batch_id, rows = parse_windows(doc, team, now_s=time.time() if now_s is None else now_s)
+    answer = {"batch_id": str(batch_id), "windows": len(rows)}
+    existing = InferenceBatch.objects.filter(id=batch_id).only("team_id").first()
+    if existing is not None:
+        if existing.team_id != team.id:
+            raise IngestError(409, "conflict", "batch_id", "this batch id belongs to another team")
+        return {**answer, "status": "duplicate"}
+    try:
+        with transaction.atomic():
+            batch = InferenceBatch.objects.create(id=batch_id, team=team, sender=sender[:100],
+                                                  windows=len(rows))
+            for row in rows:
+                row.batch = batch
+            InferenceWindow.objects.bulk_create(rows)
+    except IntegrityError:  # the same batch raced in twice
+        return {**answer, "status": "duplicate"}
+    return {**answer, "status": "stored"}

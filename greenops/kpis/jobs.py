@@ -1,0 +1,186 @@
+"""Training jobs: start and stop through the API, and their energy, carbon and cost.
+
+A job's accounting covers its own GPUs from start to stop (or now, while it runs), read from
+minute rollups, so it is exact to the minute: the minute buckets that begin inside the window
+count. CPU and RAM come from the hosts' hourly figures, prorated by overlap.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from greenops.kpis.measure import Factors, measure_gpus
+from greenops.kpis.metrics import J_PER_KWH
+from greenops.teams.models import Team
+from greenops.telemetry.models import Gpu
+from greenops.telemetry.wire import IngestError, invalid
+from greenops.workloads.models import TrainingJob, Workload
+
+START_KEYS = {"workload", "name", "host", "gpus", "external_id", "started_at"}
+
+
+def _ts(value, field: str, now_s: float) -> dt.datetime:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise invalid(field, "must be Unix seconds")
+    if value > now_s + 300:
+        raise invalid(field, "is in the future; check the sender's clock")
+    return dt.datetime.fromtimestamp(value, dt.UTC)
+
+
+def resolve_gpus(team: Team, host_name, gpus, field: str = "gpus") -> list[Gpu] | None:
+    """GPUs named by index (on `host`) or by UUID. None when none are named."""
+    if gpus is None:
+        if host_name is None:
+            return None
+        if not isinstance(host_name, str):
+            raise invalid("host", "must be the name of one of the team's hosts")
+        found = list(Gpu.objects.filter(host__team=team, host__name=host_name))
+        if not found:
+            raise invalid("host", "no host of this team with that name (and GPUs)")
+        return found
+    if not isinstance(gpus, list) or not gpus or len(gpus) > 1024:
+        raise invalid(field, "must be a non-empty array of GPU indices or UUIDs")
+    out = []
+    for i, g in enumerate(gpus):
+        if type(g) is int:
+            if not isinstance(host_name, str):
+                raise invalid("host", "is required when GPUs are given by index")
+            gpu = Gpu.objects.filter(host__team=team, host__name=host_name, index=g).first()
+        elif isinstance(g, str) and g:
+            gpu = Gpu.objects.filter(host__team=team, uuid=g).first()
+        else:
+            raise invalid(f"{field}[{i}]", "must be a GPU index or UUID")
+        if gpu is None:
+            raise invalid(f"{field}[{i}]", "no such GPU on this team's hosts")
+        out.append(gpu)
+    return out
+
+
+def start_job(team: Team, doc, started_by: str = "", now_s: float | None = None) -> TrainingJob:
+    now_s = time.time() if now_s is None else now_s
+    if not isinstance(doc, dict):
+        raise invalid("", "the payload must be a JSON object")
+    unknown = set(doc) - START_KEYS
+    if unknown:
+        raise invalid(sorted(unknown)[0], "is not a known field")
+    slug = doc.get("workload")
+    workload = Workload.objects.filter(team=team, slug=slug).first() if isinstance(slug, str) \
+        else None
+    if workload is None:
+        raise invalid("workload", "must be the slug of a workload of this team")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise invalid("name", "must be a non-empty string of at most 200 characters")
+    external_id = doc.get("external_id", "")
+    if not isinstance(external_id, str) or len(external_id) > 100:
+        raise invalid("external_id", "must be a string of at most 100 characters")
+    started_at = _ts(doc["started_at"], "started_at", now_s) if "started_at" in doc else \
+        dt.datetime.fromtimestamp(now_s, dt.UTC)
+    gpus = resolve_gpus(team, doc.get("host"), doc.get("gpus"))
+    if gpus is None:
+        gpus = list(workload.gpu_queryset())
+    if external_id:
+        existing = TrainingJob.objects.filter(team=team, external_id=external_id).first()
+        if existing is not None:
+            return existing
+    try:
+        with transaction.atomic():
+            job = TrainingJob.objects.create(
+                team=team, workload=workload, name=name.strip(), external_id=external_id,
+                started_at=started_at, started_by=started_by[:100],
+            )
+            job.gpus.set(gpus)
+    except IntegrityError:  # a retried start raced the first one
+        return TrainingJob.objects.get(team=team, external_id=external_id)
+    return job
+
+
+def stop_job(job: TrainingJob, doc=None, now_s: float | None = None,
+             factors: Factors | None = None) -> TrainingJob:
+    """Stop once; stopping a stopped job is a no-op that returns it unchanged."""
+    now_s = time.time() if now_s is None else now_s
+    doc = doc or {}
+    if not isinstance(doc, dict) or set(doc) - {"stopped_at"}:
+        raise invalid(sorted(set(doc) - {"stopped_at"})[0] if isinstance(doc, dict) else "",
+                      "is not a known field")
+    stopped_at = _ts(doc["stopped_at"], "stopped_at", now_s) if "stopped_at" in doc else \
+        dt.datetime.fromtimestamp(now_s, dt.UTC)
+    if stopped_at < job.started_at:
+        raise invalid("stopped_at", "is before the job started")
+    if TrainingJob.objects.filter(id=job.id, stopped_at__isnull=True).update(
+            stopped_at=stopped_at):
+        job.stopped_at = stopped_at
+    else:
+        job.refresh_from_db()
+        return job
+    account(job, factors)
+    return job
+
+
+def account(job: TrainingJob, factors: Factors | None = None,
+            now: dt.datetime | None = None) -> TrainingJob:
+    """(Re)compute a job's energy, carbon and cost from rollups and store them on the job."""
+    end = job.stopped_at or now or timezone.now()
+    t = measure_gpus(list(job.gpus.select_related("host")), job.started_at, end, factors)
+    job.gpu_energy_j = t.gpu_energy_j
+    job.cpu_ram_energy_j = t.cpu_ram_energy_j
+    job.facility_energy_j = t.facility_energy_j
+    job.pue, job.pue_source = t.pue, t.pue_source[:200]
+    job.intensity_g_per_kwh, job.intensity_source = t.intensity_g_per_kwh, t.intensity_source[:300]
+    job.co2e_kg = t.co2e_g / 1000
+    job.cost_usd, job.cost_source = t.cost_usd, t.cost_source[:200]
+    job.gpu_hours = t.gpu_minutes / 60
+    job.simulated = t.simulated
+    job.accounted_at = timezone.now()
+    job.save()
+    return job
+
+
+def refresh_recent(now: dt.datetime, lookback: dt.timedelta,
+                   factors: Factors | None = None) -> int:
+    """Running jobs and jobs stopped within the lookback still receive late samples."""
+    jobs = TrainingJob.objects.filter(stopped_at__isnull=True) | \
+        TrainingJob.objects.filter(stopped_at__gte=now - lookback)
+    n = 0
+    for job in jobs.distinct():
+        account(job, factors, now)
+        n += 1
+    return n
+
+
+def summary(job: TrainingJob) -> dict:
+    """The job's figures for pages and the API."""
+    def kwh(j):
+        return None if j is None else j / J_PER_KWH
+
+    return {
+        "id": job.id, "name": job.name, "workload": job.workload.slug,
+        "started_at": job.started_at.isoformat(),
+        "stopped_at": job.stopped_at.isoformat() if job.stopped_at else None,
+        "running": job.running, "time_to_train_s": job.duration_s(),
+        "gpus": [{"host": g.host.name, "index": g.index, "uuid": g.uuid}
+                 for g in job.gpus.select_related("host")],
+        "gpu_hours": job.gpu_hours,
+        "gpu_energy_kwh": kwh(job.gpu_energy_j), "cpu_ram_energy_kwh": kwh(job.cpu_ram_energy_j),
+        "energy_kwh": None if job.gpu_energy_j is None else
+        kwh(job.gpu_energy_j + (job.cpu_ram_energy_j or 0.0)),
+        "facility_energy_kwh": kwh(job.facility_energy_j),
+        "pue": job.pue, "pue_source": job.pue_source,
+        "intensity_g_per_kwh": job.intensity_g_per_kwh, "intensity_source": job.intensity_source,
+        "co2e_kg": job.co2e_kg, "cost_usd": job.cost_usd,
+        "cost_source": job.cost_source or ("no price" if job.accounted_at else ""),
+        "simulated": job.simulated,
+        "accounted_at": job.accounted_at.isoformat() if job.accounted_at else None,
+    }
+
+
+def job_for_caller(team: Team, job_id: int) -> TrainingJob:
+    job = TrainingJob.objects.filter(team=team, id=job_id).select_related("workload").first()
+    if job is None:
+        raise IngestError(404, "not_found", "id", "no training job with this id in your team")
+    return job

@@ -1,0 +1,155 @@
+"""KPI arithmetic on sums: merging rollup rows and deriving the per-unit figures.
+
+Pure functions on plain numbers (no database): tests feed hand-computed totals. The database
+side (greenops.kpis.measure, greenops.kpis.rollup) produces Totals; pages and the API derive
+KPIs with `derive`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+
+from greenops.kpis import histogram
+
+J_PER_KWH = 3_600_000.0
+
+
+@dataclass
+class Totals:
+    """Sums over a set of GPUs/hosts and inference windows. Field names match KpiRollup."""
+
+    requests: int = 0
+    success: int = 0
+    failure: int = 0
+    tokens: int | None = None
+    latency_sum_ms: float = 0.0
+    latency_n: int = 0
+    latency_buckets: dict = field(default_factory=dict)
+    util_sum: float = 0.0
+    util_n: int = 0
+    gpu_minutes: int = 0
+    gpu_energy_j: float = 0.0
+    cpu_ram_energy_j: float = 0.0
+    cpu_ram_method: str = ""
+    facility_energy_j: float = 0.0
+    co2e_g: float = 0.0
+    cost_usd: float | None = 0.0
+    cost_source: str = ""
+    pue_source: str = ""
+    intensity_source: str = ""
+    simulated: bool = False
+
+    @property
+    def energy_j(self) -> float:
+        """IT energy: GPU + CPU + RAM, before PUE."""
+        return self.gpu_energy_j + self.cpu_ram_energy_j
+
+    @property
+    def pue(self) -> float | None:
+        """Effective PUE: facility / IT energy (the energy-weighted PUE of the hosts)."""
+        return self.facility_energy_j / self.energy_j if self.energy_j else None
+
+    @property
+    def intensity_g_per_kwh(self) -> float | None:
+        """Effective grid intensity: g CO2e per facility kWh, weighted by energy."""
+        kwh = self.facility_energy_j / J_PER_KWH
+        return self.co2e_g / kwh if kwh else None
+
+    def as_row(self) -> dict:
+        """Column values for a KpiRollup row."""
+        row = {f.name: getattr(self, f.name) for f in fields(self)}
+        row["latency_buckets"] = histogram.to_json(self.latency_buckets)
+        row["pue"] = self.pue
+        row["intensity_g_per_kwh"] = self.intensity_g_per_kwh
+        return row
+
+
+def _join(values: Iterable[str]) -> str:
+    # Sources are joined, deduplicated, so a merged figure still names everything it used.
+    parts: list[str] = []
+    for v in values:
+        for p in v.split("; "):
+            if p and p not in parts:
+                parts.append(p)
+    return "; ".join(parts)[:300]
+
+
+def merge(items: Iterable) -> Totals:
+    """Merge Totals or KpiRollup rows (anything with the Totals fields) exactly."""
+    out = Totals()
+    items = list(items)
+    for r in items:
+        out.requests += r.requests
+        out.success += r.success
+        out.failure += r.failure
+        if r.tokens is not None:
+            out.tokens = (out.tokens or 0) + r.tokens
+        out.latency_sum_ms += r.latency_sum_ms
+        out.latency_n += r.latency_n
+        out.util_sum += r.util_sum
+        out.util_n += r.util_n
+        out.gpu_minutes += r.gpu_minutes
+        out.gpu_energy_j += r.gpu_energy_j
+        out.cpu_ram_energy_j += r.cpu_ram_energy_j
+        out.facility_energy_j += r.facility_energy_j
+        out.co2e_g += r.co2e_g
+        out.simulated = out.simulated or r.simulated
+    out.latency_buckets = histogram.merge(r.latency_buckets for r in items)
+    # One hour without a price makes the sum unknown: never show a partial cost as the cost.
+    if any(r.cost_usd is None and r.gpu_minutes for r in items):
+        out.cost_usd = None
+    else:
+        out.cost_usd = sum(r.cost_usd or 0.0 for r in items)
+    for name in ("cost_source", "pue_source", "intensity_source", "cpu_ram_method"):
+        setattr(out, name, _join(getattr(r, name) for r in items))
+    return out
+
+
+def _ratio(num: float | None, den: float | None, scale: float = 1.0) -> float | None:
+    if num is None or not den:
+        return None
+    return num / den * scale
+
+
+def derive(t: Totals, seconds: float) -> dict:
+    """Every KPI of the issue from one set of totals over a window of `seconds`."""
+    energy_kwh = t.energy_j / J_PER_KWH
+    return {
+        "requests": t.requests,
+        "success": t.success,
+        "failure": t.failure,
+        "tokens": t.tokens,
+        "gpu_util_pct": _ratio(t.util_sum, t.util_n),
+        "gpu_hours": t.gpu_minutes / 60,
+        "gpu_energy_kwh": t.gpu_energy_j / J_PER_KWH,
+        "cpu_ram_energy_kwh": t.cpu_ram_energy_j / J_PER_KWH,
+        "cpu_ram_method": t.cpu_ram_method,
+        "energy_kwh": energy_kwh,
+        "facility_energy_kwh": t.facility_energy_j / J_PER_KWH,
+        "pue": t.pue,
+        "pue_source": t.pue_source,
+        "intensity_g_per_kwh": t.intensity_g_per_kwh,
+        "intensity_source": t.intensity_source,
+        "co2e_kg": t.co2e_g / 1000,
+        "cost_usd": t.cost_usd,
+        "cost_source": t.cost_source if t.cost_usd is not None or t.cost_source else "no price",
+        "throughput_per_s": _ratio(t.requests, seconds),
+        "latency_p50_ms": histogram.quantile_ms(t.latency_buckets, 0.50),
+        "latency_p99_ms": histogram.quantile_ms(t.latency_buckets, 0.99),
+        "latency_mean_ms": _ratio(t.latency_sum_ms, t.latency_n),
+        # Per-inference figures use IT energy (GPU + CPU + RAM) for joules, as measured at the
+        # host, and facility energy for carbon, which is what the grid supplied.
+        "energy_per_inference_j": _ratio(t.energy_j, t.requests),
+        "co2e_per_1k_inferences_g": _ratio(t.co2e_g, t.requests, 1000),
+        "energy_per_token_j": _ratio(t.energy_j, t.tokens),
+        "cost_per_1k_inferences_usd": _ratio(t.cost_usd, t.requests, 1000),
+        "simulated": t.simulated,
+    }
+
+
+def change_pct(current: float | None, previous: float | None) -> float | None:
+    """Change against the previous period, in percent; None when there is nothing to compare."""
+    if current is None or not previous:
+        return None
+    return (current - previous) / previous * 100

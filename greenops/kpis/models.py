@@ -1,0 +1,108 @@
+"""Inference counts as they arrive (raw deltas) and the hourly/daily KPI rollups pages read.
+
+Raw inference windows are deltas since the sender's previous window, kept as sent (latencies
+re-bucketed onto the fixed layout of greenops.kpis.histogram). The KPI beat task folds them,
+with GPU energy from telemetry rollups and CPU/RAM energy from the carbon app, into KpiRollup
+rows; every carbon figure there keeps the PUE and grid intensity (and their sources) it used.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.utils import timezone
+
+from greenops.teams.models import Team
+from greenops.workloads.models import Workload
+
+
+class InferenceBatch(models.Model):
+    """One POST /api/v1/inference. Its id makes a resend a no-op."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    team = models.ForeignKey(Team, models.CASCADE, related_name="+")
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    sender = models.CharField(max_length=100, blank=True)
+    windows = models.PositiveIntegerField()
+
+
+class InferenceWindow(models.Model):
+    """Counts over one sender window ending at `end`: deltas, never running totals."""
+
+    batch = models.ForeignKey(InferenceBatch, models.CASCADE, related_name="items")
+    workload = models.ForeignKey(Workload, models.CASCADE, related_name="+")
+    end = models.DateTimeField()
+    requests = models.BigIntegerField()
+    success = models.BigIntegerField(null=True)
+    failure = models.BigIntegerField(null=True)
+    tokens = models.BigIntegerField(null=True)
+    latency_sum_ms = models.FloatField(null=True)
+    # How many latencies latency_sum_ms adds up: the mean is sum / n. Not always the histogram's
+    # total: Triton's default metrics give only a duration sum and a count, no buckets.
+    latency_n = models.BigIntegerField(default=0)
+    latency_buckets = models.JSONField(default=dict)  # {layout bucket index: count}
+
+    class Meta:
+        indexes = [models.Index(fields=["workload", "end"], name="inference_window_wl_end")]
+
+
+class Period(models.TextChoices):
+    HOUR = "hour"
+    DAY = "day"
+
+
+class KpiRollup(models.Model):
+    """Sums for one workload (or, with workload null, the whole team) over one hour or day.
+
+    Sums and counts only, so rows of any range merge exactly; derived KPIs (J per inference,
+    p99, ...) are computed from merged rows by greenops.kpis.metrics.
+    """
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="+")
+    workload = models.ForeignKey(Workload, models.CASCADE, null=True, blank=True,
+                                 related_name="+")
+    period = models.CharField(max_length=4, choices=Period.choices)
+    bucket = models.DateTimeField()
+    # Inference
+    requests = models.BigIntegerField(default=0)
+    success = models.BigIntegerField(default=0)
+    failure = models.BigIntegerField(default=0)
+    tokens = models.BigIntegerField(null=True)
+    latency_sum_ms = models.FloatField(default=0)
+    latency_n = models.BigIntegerField(default=0)
+    latency_buckets = models.JSONField(default=dict)
+    # GPU telemetry
+    util_sum = models.FloatField(default=0)
+    util_n = models.BigIntegerField(default=0)
+    gpu_minutes = models.IntegerField(default=0)  # GPU-minutes with at least one sample
+    gpu_energy_j = models.FloatField(default=0)
+    cpu_ram_energy_j = models.FloatField(default=0)
+    cpu_ram_method = models.CharField(max_length=200, blank=True)
+    # Facility energy and carbon: PUE and intensity applied once, per host, then summed. With
+    # several hosts, pue and intensity are the energy-weighted effective values.
+    facility_energy_j = models.FloatField(default=0)
+    pue = models.FloatField(null=True)
+    pue_source = models.CharField(max_length=300, blank=True)
+    intensity_g_per_kwh = models.FloatField(null=True)
+    intensity_source = models.CharField(max_length=300, blank=True)
+    co2e_g = models.FloatField(default=0)
+    cost_usd = models.FloatField(null=True)  # null: no price known for some GPU-hours
+    cost_source = models.CharField(max_length=300, blank=True)
+    simulated = models.BooleanField(default=False)
+    computed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["bucket"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "workload", "period", "bucket"],
+                                    name="kpi_rollup_key", nulls_distinct=False),
+        ]
+        indexes = [models.Index(fields=["workload", "period", "bucket"], name="kpi_wl_bucket")]
+
+
+class RollupCursor(models.Model):
+    """How far the KPI task has read received inference batches (by received_at)."""
+
+    name = models.CharField(max_length=50, unique=True)
+    position = models.DateTimeField()

@@ -1,0 +1,94 @@
+"""Read side: KPIs for any range and time series, from KpiRollup rows only."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.utils import timezone
+
+from greenops.kpis import metrics
+from greenops.kpis.models import KpiRollup, Period
+from greenops.teams.models import Team
+from greenops.workloads.models import Workload
+
+# Ranges offered by the KPI pages; each compares with the period of equal length before it.
+RANGES: dict[str, tuple[str, dt.timedelta, str]] = {
+    "day": ("Last 24 hours", dt.timedelta(days=1), Period.HOUR),
+    "week": ("Last 7 days", dt.timedelta(days=7), Period.HOUR),
+    "month": ("Last 30 days", dt.timedelta(days=30), Period.DAY),
+    "quarter": ("Last 90 days", dt.timedelta(days=90), Period.DAY),
+}
+
+
+def window(range_key: str, now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) ending at the end of the current hour (or day, for day resolution)."""
+    _, span, period = RANGES[range_key]
+    now = (now or timezone.now()).astimezone(dt.UTC)
+    end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
+    if period == Period.DAY:
+        end = now.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
+    return end - span, end
+
+
+def rows(team: Team, workload: Workload | None, period: str, start: dt.datetime,
+         end: dt.datetime):
+    qs = KpiRollup.objects.filter(team=team, period=period, bucket__gte=start, bucket__lt=end)
+    return qs.filter(workload=workload) if workload else qs.filter(workload__isnull=True)
+
+
+def kpis(team: Team, workload: Workload | None, start: dt.datetime, end: dt.datetime,
+         period: str = Period.HOUR) -> dict:
+    """Every KPI for a team (workload None) or a workload over [start, end)."""
+    totals = metrics.merge(rows(team, workload, period, start, end))
+    return metrics.derive(totals, (end - start).total_seconds())
+
+
+CARD_KEYS = ("energy_kwh", "facility_energy_kwh", "co2e_kg", "cost_usd", "gpu_util_pct",
+             "requests", "throughput_per_s", "energy_per_inference_j",
+             "co2e_per_1k_inferences_g", "latency_p99_ms")
+
+
+def overview(team: Team, workload: Workload | None, range_key: str,
+             now: dt.datetime | None = None) -> dict:
+    """Current-period KPIs and their change against the previous period of equal length."""
+    label, span, period = RANGES[range_key]
+    start, end = window(range_key, now)
+    current = kpis(team, workload, start, end, period)
+    previous = kpis(team, workload, start - span, start, period)
+    changes = {k: metrics.change_pct(current.get(k), previous.get(k)) for k in CARD_KEYS}
+    return {"range": range_key, "label": label, "period": period, "start": start.isoformat(),
+            "end": end.isoformat(), "current": current, "previous": previous,
+            "change_pct": changes}
+
+
+def series(team: Team, workload: Workload | None, range_key: str,
+           now: dt.datetime | None = None) -> dict:
+    """Per-bucket KPIs for charts."""
+    _, _, period = RANGES[range_key]
+    start, end = window(range_key, now)
+    step = 3600 if period == Period.HOUR else 86400
+    out: dict[str, list] = {k: [] for k in (
+        "t", "requests", "energy_kwh", "energy_per_inference_j", "throughput_per_s",
+        "latency_p99_ms", "latency_p50_ms", "co2e_kg")}
+    simulated = False
+    for r in rows(team, workload, period, start, end).order_by("bucket"):
+        k = metrics.derive(metrics.merge([r]), step)
+        out["t"].append(r.bucket.isoformat())
+        for key in list(out)[1:]:
+            out[key].append(k[key])
+        simulated = simulated or r.simulated
+    return {"period": period, "simulated": simulated, **out}
+
+
+def workload_table(team: Team, range_key: str, now: dt.datetime | None = None) -> list[dict]:
+    _, _, period = RANGES[range_key]
+    start, end = window(range_key, now)
+    by_id: dict[int, list] = {}
+    for r in KpiRollup.objects.filter(team=team, period=period, bucket__gte=start,
+                                      bucket__lt=end, workload__isnull=False):
+        by_id.setdefault(r.workload_id, []).append(r)
+    out = []
+    for w in Workload.objects.filter(team=team):
+        k = metrics.derive(metrics.merge(by_id.get(w.id, [])), (end - start).total_seconds())
+        out.append({"workload": w, **k})
+    return out

@@ -1,0 +1,14 @@
+"""Celery tasks of the kpis app. Tasks take ids, never objects."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from greenops.kpis import rollup
+
+
+@shared_task
+def rollup_kpis(lookback_h: int = 3) -> dict:
+    """Beat: rebuild the recent hourly/daily KPI rollups and refresh recent training jobs.
+    Idempotent: every bucket is recomputed from its sources and overwritten."""
+    return rollup.run(lookback_h=lookback_h)

@@ -1,0 +1,69 @@
+"""Pages: team KPI overview, workload KPIs, training jobs. Thin: access check, query, render."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from greenops.kpis import figures, jobs, queries
+from greenops.teams.models import Team
+from greenops.teams.permissions import team_permission
+from greenops.workloads.models import TrainingJob, Workload, WorkloadKind
+
+
+def _range(request: HttpRequest) -> str:
+    key = request.GET.get("range", "day")
+    if key not in queries.RANGES:
+        raise Http404("Unknown range")
+    return key
+
+
+def _cards(ov: dict) -> list[dict]:
+    """(label, value, unit, change %) for the overview cards, in a fixed order."""
+    spec = [("IT energy", "energy_kwh", "kWh", 3), ("Facility energy (× PUE)",
+            "facility_energy_kwh", "kWh", 3), ("Carbon", "co2e_kg", "kg CO2e", 3),
+            ("Cost", "cost_usd", "USD", 2), ("GPU utilisation", "gpu_util_pct", "%", 1),
+            ("Inferences", "requests", "", 0), ("Throughput", "throughput_per_s", "/s", 2),
+            ("Energy per inference", "energy_per_inference_j", "J", 2),
+            ("Carbon per 1k inferences", "co2e_per_1k_inferences_g", "g", 3),
+            ("p99 latency", "latency_p99_ms", "ms", 1)]
+    return [{"label": label, "key": key, "value": ov["current"][key], "unit": unit,
+             "digits": digits, "change": ov["change_pct"].get(key)}
+            for label, key, unit, digits in spec]
+
+
+@team_permission("team.view")
+def overview(request: HttpRequest, team: Team) -> HttpResponse:
+    key = _range(request)
+    ov = queries.overview(team, None, key)
+    s = queries.series(team, None, key)
+    return render(request, "kpis/overview.html", {
+        "team": team, "ov": ov, "cards": _cards(ov), "range_key": key, "ranges": queries.RANGES,
+        "workloads": queries.workload_table(team, key), "series": s,
+        "figures": {"energy": figures.energy(s)},
+        "jobs": TrainingJob.objects.filter(team=team).select_related("workload")[:20],
+    })
+
+
+@team_permission("team.view")
+def workload(request: HttpRequest, team: Team, workload_slug: str) -> HttpResponse:
+    wl = get_object_or_404(Workload, team=team, slug=workload_slug)
+    key = _range(request)
+    ov = queries.overview(team, wl, key)
+    s = queries.series(team, wl, key)
+    figs = {"energy": figures.energy(s)}
+    if wl.kind != WorkloadKind.TRAINING:
+        figs.update(epi=figures.energy_per_inference(s), latency=figures.latency_vs_energy(s),
+                    throughput=figures.throughput(s))
+    return render(request, "kpis/workload.html", {
+        "team": team, "workload": wl, "ov": ov, "cards": _cards(ov), "range_key": key,
+        "ranges": queries.RANGES, "series": s,
+        "charts": [{"id": f"fig-{name}", "fig": fig} for name, fig in figs.items()],
+        "jobs": wl.training_jobs.all()[:50],
+    })
+
+
+@team_permission("team.view")
+def training_job(request: HttpRequest, team: Team, job_id: int) -> HttpResponse:
+    job = get_object_or_404(TrainingJob.objects.select_related("workload"), team=team, id=job_id)
+    return render(request, "kpis/job.html", {"team": team, "job": job, "s": jobs.summary(job)})

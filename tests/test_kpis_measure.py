@@ -1,0 +1,154 @@
+"""Energy, carbon and cost of a workload from rollups: hand-computed figures.
+
+The scenario (used by the rollup and job tests too):
+  host A: 2 GPUs, PUE 1.5, 400 g/kWh, $8/h        host B: 1 GPU, PUE 1.1, 100 g/kWh, $2/h
+  workload W runs on GPU A0 and on all of host B.
+  In hour H:  A0 1,800,000 J (60 minutes, 50 % util)   A1 3,600,000 J (not W's)
+              B0   720,000 J (30 minutes, 20 % util)
+  CPU+RAM:    A 360,000 + 72,000 J (W's share: 1 of 2 GPUs -> 216,000 J)   B 180,000 J (all W's)
+  IT energy:  A 2,016,000 J = 0.56 kWh          B 900,000 J = 0.25 kWh
+  Facility:   A 0.56 x 1.5 = 0.84 kWh           B 0.25 x 1.1 = 0.275 kWh     total 1.115 kWh
+  Carbon:     A 0.84 x 400 = 336 g              B 0.275 x 100 = 27.5 g       total 363.5 g
+  Cost:       A0 $8/2 GPUs x 1 h = $4           B0 $2/1 GPU x 0.5 h = $1     total $5
+  Inference:  windows of 1000 + 2000 + 635 = 3635 requests in H
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+
+from greenops.kpis import measure, metrics
+from greenops.kpis.measure import Factors, Price, SiteFactors
+from tests.conftest import make_host
+
+H = dt.datetime(2026, 3, 2, 10, tzinfo=dt.UTC)
+
+FACTORS = {"A": SiteFactors(1.5, "site A", 400.0, "test table: A"),
+           "B": SiteFactors(1.1, "site B", 100.0, "test table: B")}
+PRICES = {"A": Price(8.0, "test price A"), "B": Price(2.0, "test price B")}
+
+
+def stand_in_factors(prices=PRICES) -> Factors:
+    return Factors(site_factors=lambda host: FACTORS[host.name],
+                   price=lambda host: prices.get(host.name))
+
+
+def add_gpu_hour(gpu, hour, energy_j, util_pct, minutes, simulated=False):
+    from greenops.telemetry.models import GpuHour, GpuMinute
+
+    GpuHour.objects.create(gpu=gpu, bucket=hour, samples=minutes, util_sum=util_pct * minutes,
+                           util_n=minutes, energy_j=energy_j,
+                           simulated_samples=minutes if simulated else 0)
+    for m in range(minutes):
+        GpuMinute.objects.create(gpu=gpu, bucket=hour + dt.timedelta(minutes=m), samples=1,
+                                 util_sum=util_pct, util_n=1, energy_j=energy_j / minutes,
+                                 simulated_samples=1 if simulated else 0)
+
+
+def add_host_energy(host, hour, cpu_j, ram_j):
+    from greenops.carbon.models import HostEnergyHour
+
+    HostEnergyHour.objects.create(host=host, bucket=hour, cpu_energy_j=cpu_j, ram_energy_j=ram_j,
+                                  cpu_method="rapl", ram_method="constant", samples=60)
+
+
+def add_windows(workload, hour, requests=(1000, 2000, 635), latencies=None):
+    from greenops.kpis import histogram
+    from greenops.kpis.models import InferenceBatch, InferenceWindow
+
+    batch = InferenceBatch.objects.create(id=uuid.uuid4(), team=workload.team,
+                                          windows=len(requests))
+    for i, n in enumerate(requests):
+        InferenceWindow.objects.create(
+            batch=batch, workload=workload, end=hour + dt.timedelta(minutes=10 * (i + 1)),
+            requests=n, success=n, failure=0,
+            latency_buckets=histogram.to_json(histogram.from_values(latencies or [])))
+    return batch
+
+
+def build_scenario(team) -> dict:
+    """The scenario in this module's docstring; other KPI tests build it too."""
+    from greenops.workloads.models import Workload
+
+    host_a, _ = make_host(team, "A", gpus=2)
+    host_b, _ = make_host(team, "B", gpus=1)
+    a0, a1 = host_a.gpus.order_by("index")
+    (b0,) = host_b.gpus.all()
+    add_gpu_hour(a0, H, 1_800_000, 50.0, 60)
+    add_gpu_hour(a1, H, 3_600_000, 90.0, 60)
+    add_gpu_hour(b0, H, 720_000, 20.0, 30)
+    add_host_energy(host_a, H, 360_000, 72_000)
+    add_host_energy(host_b, H, 180_000, 0)
+    w = Workload.objects.create(team=team, name="Ranker", kind="inference")
+    w.gpus.add(a0)
+    w.hosts.add(host_b)
+    return {"workload": w, "a": host_a, "b": host_b, "a0": a0, "a1": a1, "b0": b0}
+
+
+@pytest.fixture
+def scenario(team):
+    return build_scenario(team)
+
+
+def test_workload_energy_carbon_and_cost_hand_computed(scenario):
+    gpus = list(scenario["workload"].gpu_queryset().select_related("host"))
+    t = measure.measure_gpus(gpus, H, H + dt.timedelta(hours=1), stand_in_factors())
+    assert t.gpu_energy_j == pytest.approx(2_520_000)
+    assert t.cpu_ram_energy_j == pytest.approx(396_000)
+    assert t.energy_j / metrics.J_PER_KWH == pytest.approx(0.81)
+    # PUE and intensity applied exactly once, per host: applying either twice would give
+    # 1.26 / 0.3025 kWh or 134,400 g instead.
+    assert t.facility_energy_j / metrics.J_PER_KWH == pytest.approx(1.115)
+    assert t.co2e_g == pytest.approx(363.5)
+    assert t.pue == pytest.approx(1.115 / 0.81)
+    assert t.intensity_g_per_kwh == pytest.approx(363.5 / 1.115)
+    assert "test table: A" in t.intensity_source and "test table: B" in t.intensity_source
+    assert t.util_sum / t.util_n == pytest.approx((50 * 60 + 20 * 30) / 90)
+    assert t.gpu_minutes == 90
+    assert t.cost_usd == pytest.approx(5.0)
+    assert "CPU rapl, RAM constant" in t.cpu_ram_method
+
+
+def test_a_host_without_price_makes_the_cost_unknown_never_partial(scenario):
+    gpus = list(scenario["workload"].gpu_queryset().select_related("host"))
+    t = measure.measure_gpus(gpus, H, H + dt.timedelta(hours=1),
+                             stand_in_factors({"A": PRICES["A"]}))
+    assert t.cost_usd is None and t.cost_source == "no price for B"
+    assert metrics.derive(t, 3600)["cost_per_1k_inferences_usd"] is None
+
+
+def test_energy_per_inference_over_a_window_with_known_counts(scenario):
+    w = scenario["workload"]
+    add_windows(w, H)
+    add_windows(w, H + dt.timedelta(hours=1), requests=(999,))  # outside the window
+    t = measure.measure_gpus(list(w.gpu_queryset().select_related("host")), H,
+                             H + dt.timedelta(hours=1), stand_in_factors())
+    measure.add_inference(t, [w.id], H, H + dt.timedelta(hours=1))
+    k = metrics.derive(t, 3600)
+    assert k["requests"] == 3635
+    assert k["throughput_per_s"] == pytest.approx(3635 / 3600)
+    assert k["energy_per_inference_j"] == pytest.approx(2_916_000 / 3635)
+    assert k["co2e_per_1k_inferences_g"] == pytest.approx(100.0)
+    assert k["cost_per_1k_inferences_usd"] == pytest.approx(5.0 / 3635 * 1000)
+    assert k["energy_per_token_j"] is None  # no tokens reported
+
+
+def test_unaligned_windows_read_minute_rollups(scenario):
+    # 10:15-10:45 on A0 only: 30 of its 60 minutes, 30,000 J each; B0 reported 10:00-10:29.
+    gpus = [scenario["a0"], scenario["b0"]]
+    for g in gpus:
+        g.host  # noqa: B018 -- load the relation before the measurement
+    t = measure.measure_gpus(gpus, H + dt.timedelta(minutes=15), H + dt.timedelta(minutes=45),
+                             stand_in_factors())
+    assert t.gpu_energy_j == pytest.approx(30 * 30_000 + 15 * 24_000)
+    assert t.gpu_minutes == 45
+    # CPU/RAM prorated to half an hour: A 432,000 x 1/2 GPUs x 0.5 h, B 180,000 x 0.5 h.
+    assert t.cpu_ram_energy_j == pytest.approx(108_000 + 90_000)
+
+
+def test_no_gpus_means_zero_energy_not_an_error(team):
+    t = measure.measure_gpus([], H, H + dt.timedelta(hours=1), stand_in_factors())
+    assert t.energy_j == 0 and t.co2e_g == 0 and metrics.derive(t, 3600)["pue"] is None

@@ -1,0 +1,125 @@
+"""KPI pages: overview, workload and training-job pages, access and content."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from greenops.kpis import rollup
+from greenops.workloads.models import TrainingJob, Workload
+from tests.conftest import make_host
+from tests.test_kpis_measure import add_gpu_hour, add_windows, stand_in_factors
+
+
+@pytest.fixture
+def live_data(team):
+    """One busy hour (the current one) for an inference workload on host A, rolled up."""
+    hour = rollup.floor_hour(timezone.now())
+    host, _ = make_host(team, "A", gpus=1)
+    gpu = host.gpus.get()
+    add_gpu_hour(gpu, hour, 3_600_000, 40.0, 10, simulated=True)
+    w = Workload.objects.create(team=team, name="Ranker", kind="inference")
+    w.gpus.add(gpu)
+    add_windows(w, hour, requests=(1000,), latencies=[20.0] * 990 + [400.0] * 10)
+    rollup.rebuild(team, hour, hour + dt.timedelta(hours=1), stand_in_factors())
+    job = TrainingJob.objects.create(team=team, workload=w, name="warm-up run",
+                                     started_at=hour)
+    job.gpus.add(gpu)
+    return {"workload": w, "job": job}
+
+
+def test_overview_shows_cards_with_sources_and_the_simulated_label(client, users, team,
+                                                                   live_data):
+    client.force_login(users["member"])
+    r = client.get(f"/teams/{team.slug}/kpis/")
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert 'data-kpi="energy_kwh">1.000 kWh' in html  # 3.6 MJ
+    assert 'data-kpi="facility_energy_kwh">1.500 kWh' in html  # x PUE 1.5
+    assert 'data-kpi="co2e_kg">0.600 kg CO2e' in html  # x 400 g/kWh
+    assert 'data-kpi="energy_per_inference_j">3600.00 J' in html
+    assert "400 g/kWh (test table: A)" in html and "Includes simulated data" in html
+    assert "fig-kpi-energy" in html and "warm-up run" in html
+
+
+def test_workload_page_has_its_three_charts_and_p99(client, users, team, live_data):
+    client.force_login(users["owner"])
+    r = client.get(f"/teams/{team.slug}/kpis/workloads/ranker/")
+    assert r.status_code == 200
+    html = r.content.decode()
+    for fig in ("fig-epi", "fig-latency", "fig-throughput"):
+        assert f'data-figure="{fig}"' in html and f'id="{fig}"' in html
+    # 990 at 20 ms, 10 at 400 ms: p99 (rank 990) falls in the bucket (19.95, 22.39] ms, and
+    # is reported as its upper bound 10^(27/20) ms.
+    assert 'data-kpi="latency_p99_ms">22.4 ms' in html
+    assert r.context["ov"]["current"]["latency_p99_ms"] == pytest.approx(10 ** 1.35, rel=1e-6)
+
+
+def test_job_page_shows_time_to_train_and_running_state(client, users, team, live_data):
+    client.force_login(users["member"])
+    r = client.get(f"/teams/{team.slug}/kpis/jobs/{live_data['job'].id}/")
+    assert r.status_code == 200
+    assert b"running" in r.content and b"not computed yet" in r.content
+
+
+def test_empty_states_say_what_to_do(client, users, team):
+    client.force_login(users["owner"])
+    r = client.get(f"/teams/{team.slug}/kpis/")
+    assert b"No KPI rollups in this range yet" in r.content
+    assert b"No training jobs yet" in r.content
+    Workload.objects.create(team=team, name="Idle", kind="inference")
+    r = client.get(f"/teams/{team.slug}/kpis/workloads/idle/")
+    assert b"No KPI rollups for this workload" in r.content
+
+
+def test_unknown_range_is_404(client, users, team):
+    client.force_login(users["owner"])
+    assert client.get(f"/teams/{team.slug}/kpis/?range=decade").status_code == 404
+
+
+def test_outsider_gets_404_and_anonymous_is_sent_to_login(client, users, team, live_data,
+                                                          other_team):
+    urls = [f"/teams/{team.slug}/kpis/", f"/teams/{team.slug}/kpis/workloads/ranker/",
+            f"/teams/{team.slug}/kpis/jobs/{live_data['job'].id}/"]
+    for url in urls:
+        assert client.get(url).status_code == 302, url
+    client.force_login(users["outsider"])
+    for url in urls:
+        assert client.get(url).status_code == 404, url
+    # Their own team's URL with this team's job or workload id: still 404.
+    assert client.get(f"/teams/{other_team.slug}/kpis/jobs/{live_data['job'].id}/"
+                      ).status_code == 404
+    assert client.get(f"/teams/{other_team.slug}/kpis/workloads/ranker/").status_code == 404
+    assert client.get(f"/api/v1/teams/{team.slug}/kpis").status_code == 404
+
+
+def test_kpi_api_for_members(client, users, team, live_data):
+    client.force_login(users["member"])
+    r = client.get(f"/api/v1/teams/{team.slug}/kpis?workload=ranker")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["current"]["requests"] == 1000
+    assert body["current"]["energy_per_inference_j"] == pytest.approx(3600)
+    assert client.get(f"/api/v1/teams/{team.slug}/kpis?range=x").status_code == 422
+    assert client.get(f"/api/v1/teams/{team.slug}/kpis?workload=nope").status_code == 404
+
+
+def test_team_dashboard_links_to_the_kpi_pages(client, users, team):
+    client.force_login(users["member"])
+    r = client.get(f"/teams/{team.slug}/")
+    assert f'href="/teams/{team.slug}/kpis/"'.encode() in r.content
+
+
+def test_jobs_table_shows_facility_energy_in_kwh(client, users, team, live_data):
+    job = live_data["job"]
+    job.stopped_at = job.started_at + dt.timedelta(hours=2)
+    job.facility_energy_j = 7_200_000.0  # 2 kWh
+    job.gpu_energy_j = 4_800_000.0
+    job.save()
+    client.force_login(users["member"])
+    r = client.get(f"/teams/{team.slug}/kpis/")
+    row = r.content.decode().split('id="jobs"')[1]
+    assert "<td>2.000</td>" in row and "7200000" not in row
+    assert "7200 s (2\xa0hours)" in row

@@ -1,0 +1,103 @@
+"""Hourly/daily KPI rollups: hand-computed rows, idempotence, late data, and the read side."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from greenops.kpis import queries, rollup
+from greenops.kpis.models import KpiRollup, Period, RollupCursor
+from tests.test_kpis_measure import H, add_gpu_hour, add_windows, build_scenario, stand_in_factors
+
+HOUR = dt.timedelta(hours=1)
+
+
+def _snapshot():
+    return sorted(
+        KpiRollup.objects.values_list("workload_id", "period", "bucket", "requests",
+                                      "gpu_energy_j", "facility_energy_j", "co2e_g", "cost_usd",
+                                      "intensity_source", "latency_buckets")
+    , key=lambda r: (r[0] or 0, r[1], r[2]))
+
+
+@pytest.fixture
+def scenario(team):
+    return build_scenario(team)
+
+
+def test_hour_row_holds_the_hand_computed_figures_and_its_sources(scenario):
+    w = scenario["workload"]
+    add_windows(w, H, latencies=[10.0] * 3000 + [100.0] * 635)
+    rollup.rebuild(w.team, H, H + HOUR, stand_in_factors())
+    row = KpiRollup.objects.get(workload=w, period=Period.HOUR, bucket=H)
+    assert row.requests == 3635
+    assert row.gpu_energy_j == pytest.approx(2_520_000)
+    assert row.facility_energy_j == pytest.approx(1.115 * 3_600_000)
+    assert row.co2e_g == pytest.approx(363.5)
+    assert row.cost_usd == pytest.approx(5.0)
+    # The stored carbon figure keeps the intensity and PUE it used, with their sources.
+    assert row.intensity_g_per_kwh == pytest.approx(363.5 / 1.115)
+    assert "400 g/kWh (test table: A)" in row.intensity_source
+    assert "1.5 (site A)" in row.pue_source
+    # Team total: all three GPUs, each once; CPU/RAM of both hosts in full.
+    team_row = KpiRollup.objects.get(workload__isnull=True, period=Period.HOUR, bucket=H)
+    assert team_row.gpu_energy_j == pytest.approx(6_120_000)
+    assert team_row.cpu_ram_energy_j == pytest.approx(612_000)
+    # A: (5,400,000 + 432,000) J x 1.5, B: 900,000 J x 1.1
+    assert team_row.facility_energy_j == pytest.approx(5_832_000 * 1.5 + 900_000 * 1.1)
+
+
+def test_rerunning_changes_nothing_and_day_rows_merge_hours(scenario):
+    w = scenario["workload"]
+    add_windows(w, H)
+    add_gpu_hour(scenario["a0"], H + HOUR, 360_000, 10.0, 60)
+    add_windows(w, H + HOUR, requests=(365,))
+    rollup.rebuild(w.team, H, H + 2 * HOUR, stand_in_factors())
+    first = _snapshot()
+    rollup.rebuild(w.team, H, H + 2 * HOUR, stand_in_factors())
+    assert [r[:9] for r in _snapshot()] == [r[:9] for r in first]
+    day = KpiRollup.objects.get(workload=w, period=Period.DAY, bucket=H.replace(hour=0))
+    assert day.requests == 4000
+    assert day.gpu_energy_j == pytest.approx(2_520_000 + 360_000)
+    assert day.cost_usd == pytest.approx(5.0 + 4.0)
+
+
+def test_run_picks_up_late_inference_windows_through_the_cursor(scenario):
+    w = scenario["workload"]
+    now = H + 30 * HOUR
+    out = rollup.run(now=now, lookback_h=2, factors=stand_in_factors())
+    assert out["hours"] == 2
+    assert not KpiRollup.objects.filter(workload=w, bucket=H).exists()  # outside the lookback
+    batch = add_windows(w, H)  # arrives late, for an hour 30 hours before `now`
+    rollup.run(now=now + dt.timedelta(minutes=5), lookback_h=2, factors=stand_in_factors())
+    row = KpiRollup.objects.get(workload=w, period=Period.HOUR, bucket=H)
+    assert row.requests == 3635 and row.gpu_energy_j == pytest.approx(2_520_000)
+    assert RollupCursor.objects.get().position == batch.received_at
+    # Once past the cursor (and its overlap), that hour is left alone.
+    KpiRollup.objects.filter(bucket=H).delete()
+    RollupCursor.objects.update(position=batch.received_at + dt.timedelta(minutes=6))
+    rollup.run(now=now + dt.timedelta(minutes=10), lookback_h=2, factors=stand_in_factors())
+    assert not KpiRollup.objects.filter(bucket=H).exists()
+
+
+def test_celery_task_runs_the_rollup(scenario, settings):
+    from greenops.kpis.tasks import rollup_kpis
+
+    assert "kpi-rollups" in settings.CELERY_BEAT_SCHEDULE
+    result = rollup_kpis.apply(kwargs={"lookback_h": 1}).get()
+    assert result["hours"] == 1
+
+
+def test_overview_compares_with_the_previous_period(scenario):
+    w = scenario["workload"]
+    add_windows(w, H)  # 3635 requests in hour H
+    add_windows(w, H - 24 * HOUR, requests=(1000,))  # previous day
+    rollup.rebuild(w.team, H - 24 * HOUR, H + HOUR, stand_in_factors())
+    ov = queries.overview(w.team, w, "day", now=H + dt.timedelta(minutes=30))
+    assert ov["current"]["requests"] == 3635
+    assert ov["previous"]["requests"] == 1000
+    assert ov["change_pct"]["requests"] == pytest.approx(263.5)
+    assert ov["current"]["energy_per_inference_j"] == pytest.approx(2_916_000 / 3635)
+    s = queries.series(w.team, w, "day", now=H + dt.timedelta(minutes=30))
+    assert s["t"] == [H.isoformat()] and s["requests"] == [3635]
