@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from collectors import batch as wire
 from collectors.energy import EnergyAccountant
@@ -22,6 +24,19 @@ from collectors.spool import Spool
 log = logging.getLogger(__name__)
 
 MAX_GAP_INTERVALS = 5.0  # counter deltas over more than 5 intervals are not trusted
+
+
+class Channel(Protocol):
+    """A second kind of data with its own thread and endpoint (CPU/RAM energy, inference
+    scraping): started with the agent, spooled at every batch boundary and at shutdown."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def seal(self, spool: Spool) -> int: ...  # spool what was gathered; returns batches put
 
 
 @dataclass
@@ -40,6 +55,7 @@ class Agent:
         interval_s: float = 1.0,
         batch_seconds: float = 10.0,
         flush_timeout_s: float = 5.0,
+        channels: Sequence[Channel] = (),
     ) -> None:
         if interval_s <= 0 or batch_seconds <= 0:
             raise ValueError("interval and batch seconds must be positive")
@@ -53,6 +69,7 @@ class Agent:
         self.energy = EnergyAccountant(max_gap_s=MAX_GAP_INTERVALS * interval_s)
         self.buffer = wire.SampleBuffer()
         self.stats = AgentStats()
+        self.channels = list(channels)
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -83,9 +100,21 @@ class Agent:
             self.shipper.wake()
         return doc["batch_id"]
 
+    def seal_channels(self) -> None:
+        put = 0
+        for channel in self.channels:
+            try:
+                put += channel.seal(self.spool)
+            except Exception:  # a broken channel must not stop GPU sampling
+                log.exception("%s: spooling failed; continuing", channel.name)
+        if put and self.shipper is not None:
+            self.shipper.wake()
+
     def run(self) -> AgentStats:
         if self.shipper is not None:
             self.shipper.start()
+        for channel in self.channels:
+            channel.start()
         start = time.monotonic()
         tick = 0
         next_batch_at = start + self.batch_seconds
@@ -105,6 +134,7 @@ class Agent:
                 now = time.monotonic()
                 if now >= next_batch_at:
                     self.seal_batch()
+                    self.seal_channels()
                     next_batch_at += self.batch_seconds * max(
                         1, int((now - next_batch_at) // self.batch_seconds) + 1
                     )
@@ -122,6 +152,9 @@ class Agent:
 
     def shutdown(self) -> None:
         self.seal_batch()
+        for channel in self.channels:
+            channel.stop()
+        self.seal_channels()
         if self.shipper is not None:
             flushed = self.shipper.flush(self.flush_timeout_s)
             self.shipper.stop(join_timeout_s=0.5)

@@ -22,12 +22,11 @@ from collections.abc import Callable
 
 from collectors import batch as wire
 from collectors import inventory
-from collectors.spool import Spool, SpooledBatch
+from collectors.spool import SAMPLES_PATH, Spool, SpooledBatch
 from collectors.transport import AUTH, DELIVERED, PERMANENT, HttpTransport, Response
 
 log = logging.getLogger(__name__)
 
-SAMPLES_PATH = "/api/v1/samples"
 MAX_RETRY_AFTER_S = 3600.0  # a Retry-After beyond an hour is treated as an hour
 IDLE_WAIT_S = 1.0
 
@@ -111,8 +110,15 @@ class Shipper:
         return self._fail(resp)
 
     def _send(self, head: SpooledBatch) -> float:
-        body = wire.restamp(head.payload, self.clock())
-        resp = self.transport.post(SAMPLES_PATH, body, gzipped=True, timeout_s=self._timeout())
+        now = self.clock()
+        # Only the samples endpoint takes the backlog report; /inference refuses unknown keys.
+        backlog = (
+            {"depth": self.spool.depth(), "oldest_age_s": self.spool.oldest_age(now)}
+            if head.path == SAMPLES_PATH
+            else None
+        )
+        body = wire.restamp(head.payload, now, backlog)
+        resp = self.transport.post(head.path, body, gzipped=True, timeout_s=self._timeout())
         outcome = resp.outcome
         if outcome == DELIVERED:
             self.spool.ack(head.batch_id, self.clock())
@@ -125,6 +131,7 @@ class Shipper:
             field = resp.error_field() or ""
             if (
                 resp.status == 422
+                and head.path == SAMPLES_PATH
                 and field.startswith("samples.gpu_index")
                 and self.inventory_doc is not None
                 and head.batch_id not in self._reinventoried

@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BYTES = 1024**3  # 1 GiB of compressed batches: weeks of a busy 8-GPU host
 DEFAULT_MAX_BATCHES = 1_000_000
 MAX_REJECTED = 10_000  # the dead-letter table is bounded too
+# Batches of every kind (GPU samples, host CPU/RAM energy, inference windows) share one spool
+# and one delivery order; each remembers its endpoint. Spools written before there were other
+# kinds get the column with the samples endpoint as default.
+SAMPLES_PATH = "/api/v1/samples"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -37,7 +41,8 @@ CREATE TABLE IF NOT EXISTS batches (
     payload BLOB NOT NULL,                   -- gzip-compressed v1 JSON
     attempts INTEGER NOT NULL DEFAULT 0,
     next_attempt_at REAL NOT NULL DEFAULT 0,
-    last_error TEXT
+    last_error TEXT,
+    path TEXT NOT NULL DEFAULT '/api/v1/samples'  -- the endpoint this batch is posted to
 );
 CREATE TABLE IF NOT EXISTS rejected (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -47,7 +52,8 @@ CREATE TABLE IF NOT EXISTS rejected (
     samples INTEGER NOT NULL,
     payload BLOB NOT NULL,
     http_status INTEGER,
-    error_body TEXT
+    error_body TEXT,
+    path TEXT NOT NULL DEFAULT '/api/v1/samples'
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value REAL NOT NULL);
 """
@@ -68,6 +74,7 @@ class SpooledBatch:
     payload: bytes
     attempts: int
     next_attempt_at: float
+    path: str = SAMPLES_PATH
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,12 @@ class Spool:
         # NORMAL in WAL mode survives a process crash; a power cut may lose the last batch.
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        for table in ("batches", "rejected"):
+            columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if "path" not in columns:  # a spool from before batches had endpoints
+                self._db.execute(
+                    f"ALTER TABLE {table} ADD COLUMN path TEXT NOT NULL DEFAULT '{SAMPLES_PATH}'"
+                )
         self._bytes, self._depth = self._db.execute(
             "SELECT COALESCE(SUM(LENGTH(payload)), 0), COUNT(*) FROM batches"
         ).fetchone()
@@ -119,18 +132,25 @@ class Spool:
     # --- writing -------------------------------------------------------------------------
 
     def put(
-        self, batch_id: str, payload: bytes, samples: int, created_at: float | None = None
+        self,
+        batch_id: str,
+        payload: bytes,
+        samples: int,
+        created_at: float | None = None,
+        path: str = SAMPLES_PATH,
     ) -> None:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute(
-                    "INSERT INTO batches (batch_id, created_at, samples, payload) VALUES (?,?,?,?)",
+                    "INSERT INTO batches (batch_id, created_at, samples, payload, path) "
+                    "VALUES (?,?,?,?,?)",
                     (
                         batch_id,
                         created_at if created_at is not None else time.time(),
                         samples,
                         payload,
+                        path,
                     ),
                 )
                 self._bytes += len(payload)
@@ -187,7 +207,7 @@ class Spool:
         """The oldest batch: batches are shipped strictly in spool order."""
         with self._lock:
             row = self._db.execute(
-                "SELECT batch_id, created_at, samples, payload, attempts, next_attempt_at "
+                "SELECT batch_id, created_at, samples, payload, attempts, next_attempt_at, path "
                 "FROM batches ORDER BY seq LIMIT 1"
             ).fetchone()
         return SpooledBatch(*row) if row else None
@@ -222,14 +242,14 @@ class Spool:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 row = self._db.execute(
-                    "SELECT created_at, samples, payload FROM batches WHERE batch_id = ?",
+                    "SELECT created_at, samples, payload, path FROM batches WHERE batch_id = ?",
                     (batch_id,),
                 ).fetchone()
                 if row is not None:
                     self._db.execute("DELETE FROM batches WHERE batch_id = ?", (batch_id,))
                     self._db.execute(
                         "INSERT INTO rejected (batch_id, created_at, rejected_at, samples, "
-                        "payload, http_status, error_body) VALUES (?,?,?,?,?,?,?)",
+                        "payload, http_status, error_body, path) VALUES (?,?,?,?,?,?,?,?)",
                         (
                             batch_id,
                             row[0],
@@ -238,6 +258,7 @@ class Spool:
                             row[2],
                             http_status,
                             error_body[:10000],
+                            row[3],
                         ),
                     )
                     self._bytes -= len(row[2])
@@ -274,10 +295,12 @@ class Spool:
     def rejected(self) -> list[dict]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT batch_id, created_at, rejected_at, samples, http_status, error_body "
+                "SELECT batch_id, created_at, rejected_at, samples, http_status, error_body, path "
                 "FROM rejected ORDER BY seq"
             ).fetchall()
-        keys = ("batch_id", "created_at", "rejected_at", "samples", "http_status", "error_body")
+        keys = (
+            "batch_id", "created_at", "rejected_at", "samples", "http_status", "error_body", "path"
+        )
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def batch_ids(self) -> list[str]:

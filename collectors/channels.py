@@ -1,0 +1,33 @@
+"""Which channels besides GPU sampling a configuration asks for: CPU/RAM energy through
+codecarbon, and inference-server scraping. Each has its own thread and endpoint; see
+collectors/host_energy.py and collectors/scrape.py."""
+
+from __future__ import annotations
+
+import logging
+
+from collectors.agent import Channel
+from collectors.config import AgentConfig
+from collectors.host_energy import CodecarbonSource, HostEnergyChannel, codecarbon_installed
+from collectors.scrape import ScrapeChannel
+
+log = logging.getLogger(__name__)
+
+
+def build_channels(config: AgentConfig, simulated: bool = False) -> list[Channel]:
+    channels: list[Channel] = []
+    if config.host_energy == "codecarbon":
+        if simulated:
+            # Real CPU/RAM figures beside simulated GPUs would make a demo half real.
+            log.info("CPU/RAM energy is off with --simulate")
+        elif not codecarbon_installed():
+            log.info("CPU/RAM energy is off: codecarbon is not installed "
+                     "(pip install codecarbon to turn it on)")
+        else:
+            channels.append(HostEnergyChannel(CodecarbonSource.detect,
+                                              config.host_energy_interval))
+    if config.scrape:
+        channels.append(ScrapeChannel(list(config.scrape), config.scrape_interval))
+        log.info("scraping %d inference server(s) every %gs", len(config.scrape),
+                 config.scrape_interval)
+    return channels

@@ -1,0 +1,474 @@
+"""Inference counts and latencies scraped from inference servers' Prometheus ``/metrics``.
+
+Every ``scrape_interval`` seconds each configured target is read and compared with its
+previous scrape; the differences become one *window* of the ``POST /api/v1/inference``
+payload (greenops/kpis/inference.py): counts are deltas over the window, never running
+totals, and a latency histogram is passed through bucket by bucket (cumulative ``_bucket``
+deltas in the server's own bounds), never reduced to an average or a percentile here.
+
+Counter resets: Prometheus counters only go up while the server runs, so a value lower than
+the previous scrape means the server restarted and counted from zero again; the window then
+counts the new value (what was counted since the restart), as Prometheus' ``increase()`` does.
+A histogram series is reset as a whole when its count or any bucket went down. A series that
+appears after the first scrape (a model loaded later) counts from zero. The first scrape of a
+target only sets the baseline: what the server counted before the agent started is not ours to
+attribute to a window. A failed scrape sends nothing; the next good one covers the whole span.
+
+Kinds (``kind`` in the config):
+
+* ``triton``: requests = ``nv_inference_count`` (inferences: a batch of n counts n),
+  success/failure = ``nv_inference_request_success`` / ``nv_inference_request_failure``
+  (requests). Latency: a histogram where the server exposes one (``_bucket`` series of
+  ``nv_inference_request_duration_us``, else Triton 24.x's opt-in
+  ``nv_inference_first_response_histogram_ms``), passed through as ``latency.le``/``counts``;
+  otherwise Triton's default cumulative-microseconds counter, which only gives a mean: it is
+  sent as ``latency = {"unit": "us", "sum": ..., "count": <successful requests>}`` with no
+  buckets. Which one was used is therefore visible in every window (buckets or not).
+* ``vllm``: requests = all ``vllm:request_success_total`` (every ``finished_reason``); failure
+  = the ``abort`` and ``error`` reasons, success = the rest; tokens =
+  ``vllm:generation_tokens_total``; latency = the ``vllm:e2e_request_latency_seconds``
+  histogram (seconds).
+* ``custom``: counter and histogram names from the config.
+
+``labels = {model = "resnet50"}`` in a target keeps only the series with those label values
+(a Triton or vLLM server often serves several models, each its own workload).
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import math
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from collectors import __version__
+from collectors import batch as wire
+from collectors import prometheus as prom
+
+log = logging.getLogger(__name__)
+
+INFERENCE_PATH = "/api/v1/inference"
+KINDS = ("triton", "vllm", "custom")
+UNITS = ("s", "ms", "us")
+MAX_WINDOWS_PER_BATCH = 1000  # the server's limit per request
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a /metrics page beyond this is not an inference server's
+
+Fetch = Callable[[str, float], str]
+
+
+class TargetError(ValueError):
+    """A scrape target in the config is malformed (the CLI shows it as a config error)."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Which metric names mean what, for one kind of server."""
+
+    requests: str
+    success: str | None = None
+    failure: str | None = None
+    tokens: str | None = None
+    # Latency histogram families, (name, unit), first present wins; series <name>_bucket...
+    histograms: tuple[tuple[str, str], ...] = ()
+    unit: str = "s"  # of the mean-only duration counter
+    # Mean-only latency: a cumulative-duration counter and the counter of what it timed.
+    duration_sum: str | None = None
+    duration_count: str | None = None
+    # vLLM: one counter whose finished_reason label tells success from failure.
+    reason_label: str | None = None
+    failure_reasons: tuple[str, ...] = ()
+
+
+TRITON = Recipe(
+    requests="nv_inference_count",
+    success="nv_inference_request_success",
+    failure="nv_inference_request_failure",
+    histograms=(
+        ("nv_inference_request_duration_us", "us"),  # where a build exposes it as histogram
+        # --metrics-config histogram_latencies=true (Triton 24.x): request to first response;
+        # the whole request for a non-decoupled model, time to first chunk when streaming.
+        ("nv_inference_first_response_histogram_ms", "ms"),
+    ),
+    unit="us",
+    duration_sum="nv_inference_request_duration_us",
+    duration_count="nv_inference_request_success",
+)
+VLLM = Recipe(
+    requests="vllm:request_success_total",
+    tokens="vllm:generation_tokens_total",
+    histograms=(("vllm:e2e_request_latency_seconds", "s"),),
+    reason_label="finished_reason",
+    failure_reasons=("abort", "error"),
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    kind: str
+    workload: str
+    recipe: Recipe
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.url} ({self.workload})"
+
+
+_TARGET_KEYS = {"url", "kind", "workload", "labels", "requests", "success", "failure", "tokens",
+                "latency_histogram", "latency_unit"}
+
+
+def parse_target(doc: Any, where: str) -> Target:
+    """One ``[[scrape]]`` table of the agent's TOML config."""
+    if not isinstance(doc, Mapping):
+        raise TargetError(f"{where} must be a table")
+    unknown = sorted(set(doc) - _TARGET_KEYS)
+    if unknown:
+        raise TargetError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    url, kind, workload = doc.get("url"), doc.get("kind"), doc.get("workload")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise TargetError(f"{where}.url must be an http:// or https:// URL, got {url!r}")
+    if kind not in KINDS:
+        raise TargetError(f"{where}.kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if not isinstance(workload, str) or not workload:
+        raise TargetError(f"{where}.workload must be the workload's slug")
+    labels = doc.get("labels", {})
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise TargetError(f"{where}.labels must be a table of strings, e.g. {{model = \"x\"}}")
+    names = {k: doc.get(k) for k in ("requests", "success", "failure", "tokens",
+                                     "latency_histogram")}
+    for key, value in names.items():
+        if value is not None and (not isinstance(value, str) or not value):
+            raise TargetError(f"{where}.{key} must be a metric name")
+    unit = doc.get("latency_unit", "s")
+    if unit not in UNITS:
+        raise TargetError(f"{where}.latency_unit must be one of {', '.join(UNITS)}")
+    if kind == "custom":
+        if not names["requests"]:
+            raise TargetError(f"{where}: a custom target needs requests = \"<counter name>\"")
+        recipe = Recipe(
+            requests=names["requests"],
+            success=names["success"],
+            failure=names["failure"],
+            tokens=names["tokens"],
+            histograms=((names["latency_histogram"], unit),) if names["latency_histogram"] else (),
+        )
+    else:
+        if any(names.values()) or "latency_unit" in doc:
+            raise TargetError(f"{where}: metric names are only configurable for kind = custom")
+        recipe = TRITON if kind == "triton" else VLLM
+    return Target(url, kind, workload, recipe, tuple(sorted(labels.items())))
+
+
+# --- deltas ----------------------------------------------------------------------------------
+
+
+def counter_delta(prev: Mapping[prom.Labels, float], cur: Mapping[prom.Labels, float]) -> float:
+    """Sum over series of the increase since ``prev``; a decrease is a restart (count anew)."""
+    total = 0.0
+    for labels, value in cur.items():
+        if math.isnan(value):
+            continue
+        before = prev.get(labels)
+        if before is None or math.isnan(before) or value < before:
+            total += value  # new series, or the counter restarted from zero
+        else:
+            total += value - before
+    return total
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One histogram series: finite bounds ascending, cumulative counts per bound plus +Inf."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]  # len(bounds) + 1; the last is the +Inf bucket (= count)
+    sum: float
+
+
+def histograms(expo: prom.Exposition, family: str, keep: Callable[[prom.Labels], bool]
+               ) -> dict[prom.Labels, Histogram]:
+    """Every series of a histogram family, keyed by its labels without ``le``."""
+    buckets: dict[prom.Labels, dict[float, float]] = {}
+    for labels, value in expo.series(family + "_bucket").items():
+        le = prom.label(labels, "le")
+        if le is None:
+            raise prom.ParseError(f"{family}_bucket series without an le label")
+        key = prom.without(labels, "le")
+        if keep(key):
+            buckets.setdefault(key, {})[prom.le_value(le)] = value
+    sums = expo.series(family + "_sum")
+    counts = expo.series(family + "_count")
+    out: dict[prom.Labels, Histogram] = {}
+    for key, by_le in buckets.items():
+        finite = sorted(b for b in by_le if math.isfinite(b))
+        inf = by_le.get(math.inf, counts.get(key))
+        if inf is None:
+            raise prom.ParseError(f"{family}: no +Inf bucket and no _count for {dict(key)}")
+        out[key] = Histogram(
+            tuple(finite), tuple(by_le[b] for b in finite) + (inf,), sums.get(key, 0.0)
+        )
+    return out
+
+
+def histogram_delta(prev: Mapping[prom.Labels, Histogram], cur: Mapping[prom.Labels, Histogram]
+                    ) -> Histogram | None:
+    """Bucket-wise increase summed over series; None when nothing is known or layouts differ."""
+    result: Histogram | None = None
+    for key, h in cur.items():
+        before = prev.get(key)
+        if (
+            before is None
+            or before.bounds != h.bounds
+            or any(c < b for c, b in zip(h.cumulative, before.cumulative, strict=True))
+            or h.sum < before.sum
+        ):
+            delta = h  # new series, a changed layout, or a restart: everything is new
+        else:
+            delta = Histogram(
+                h.bounds,
+                tuple(c - b for c, b in zip(h.cumulative, before.cumulative, strict=True)),
+                h.sum - before.sum,
+            )
+        if result is None:
+            result = delta
+        elif result.bounds != delta.bounds:
+            # Two series with different bounds cannot be added bucket by bucket without
+            # inventing where inside a bucket the observations fell.
+            log.warning("histogram series with different bucket bounds; latency not sent")
+            return None
+        else:
+            result = Histogram(
+                result.bounds,
+                tuple(a + b for a, b in zip(result.cumulative, delta.cumulative, strict=True)),
+                result.sum + delta.sum,
+            )
+    return result
+
+
+# --- one target ------------------------------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    counters: dict[str, dict[prom.Labels, float]] = field(default_factory=dict)
+    histogram: dict[prom.Labels, Histogram] | None = None  # None: no histogram family exposed
+    family: str | None = None  # which histogram family, and its unit
+    unit: str | None = None
+
+
+def _count(value: float) -> int:
+    # Prometheus exposes counters as floats; inference counts are whole numbers.
+    return int(round(value))
+
+
+class TargetScraper:
+    """Keeps one target's previous scrape and turns the next one into a window."""
+
+    def __init__(self, target: Target, fetch: Fetch | None = None, timeout_s: float = 5.0) -> None:
+        self.target = target
+        self.fetch = fetch or http_fetch
+        self.timeout_s = timeout_s
+        self.previous: Snapshot | None = None
+        self._warned_missing = False
+
+    def _keep(self, labels: prom.Labels) -> bool:
+        return all(prom.label(labels, k) == v for k, v in self.target.labels)
+
+    def snapshot(self, expo: prom.Exposition) -> Snapshot:
+        r = self.target.recipe
+        names = {r.requests, r.success, r.failure, r.tokens, r.duration_sum, r.duration_count}
+        snap = Snapshot()
+        for name in names - {None}:
+            assert name is not None
+            snap.counters[name] = {k: v for k, v in expo.series(name).items() if self._keep(k)}
+        for family, unit in r.histograms:
+            if expo.has(family + "_bucket"):
+                snap.histogram = histograms(expo, family, self._keep)
+                snap.family, snap.unit = family, unit
+                break
+        if not expo.has(r.requests) and not self._warned_missing:
+            self._warned_missing = True
+            log.warning("%s exposes no %s; is kind = %r right?", self.target.url, r.requests,
+                        self.target.kind)
+        return snap
+
+    def scrape(self, end: float) -> dict | None:
+        """Read the target once. Returns its window, or None (first scrape, or it failed)."""
+        try:
+            snap = self.snapshot(prom.parse(self.fetch(self.target.url, self.timeout_s)))
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # ParseError included
+            log.warning("scrape of %s failed (%s); the next one covers this span",
+                        self.target.name, exc)
+            return None
+        prev, self.previous = self.previous, snap
+        if prev is None:
+            return None
+        return self.window(prev, snap, end)
+
+    def window(self, prev: Snapshot, cur: Snapshot, end: float) -> dict:
+        r = self.target.recipe
+
+        def delta(name: str | None) -> float | None:
+            if name is None:
+                return None
+            return counter_delta(prev.counters.get(name, {}), cur.counters.get(name, {}))
+
+        win: dict[str, Any] = {"workload": self.target.workload, "end": end}
+        if r.reason_label:
+            by_reason: dict[str, float] = {}
+            before = prev.counters.get(r.requests, {})
+            for labels, value in cur.counters.get(r.requests, {}).items():
+                reason = prom.label(labels, r.reason_label) or ""
+                by_reason[reason] = by_reason.get(reason, 0.0) + counter_delta(
+                    {labels: before[labels]} if labels in before else {}, {labels: value}
+                )
+            failed = sum(v for k, v in by_reason.items() if k in r.failure_reasons)
+            total = sum(by_reason.values())
+            win["requests"] = _count(total)
+            win["success"] = _count(total - failed)
+            win["failure"] = _count(failed)
+        else:
+            win["requests"] = _count(delta(r.requests) or 0.0)
+            for key, name in (("success", r.success), ("failure", r.failure)):
+                if name is not None:
+                    win[key] = _count(delta(name) or 0.0)
+        if r.tokens is not None:
+            win["tokens"] = _count(delta(r.tokens) or 0.0)
+        latency = self.latency(prev, cur, delta)
+        if latency is not None:
+            win["latency"] = latency
+        return win
+
+    def latency(self, prev: Snapshot, cur: Snapshot, delta: Callable[[str | None], float | None]
+                ) -> dict | None:
+        r = self.target.recipe
+        if cur.histogram is not None:
+            if prev.family not in (None, cur.family):
+                return None  # the server switched histogram families: no common baseline
+            h = histogram_delta(prev.histogram or {}, cur.histogram)
+            if h is None or h.cumulative[-1] <= 0:
+                return None
+            return {
+                "unit": cur.unit,
+                "le": list(h.bounds),
+                "counts": [_count(c) for c in h.cumulative],
+                "cumulative": True,
+                "sum": h.sum,
+            }
+        if r.duration_sum and r.duration_count and cur.counters.get(r.duration_sum):
+            # Triton's default: a cumulative duration counter. Only a mean can come of it, so
+            # no buckets are sent and none are made up.
+            n = _count(delta(r.duration_count) or 0.0)
+            if n <= 0:
+                return None
+            return {"unit": r.unit, "sum": delta(r.duration_sum), "count": n}
+        return None
+
+
+def http_fetch(url: str, timeout_s: float) -> str:
+    req = urllib.request.Request(
+        url, headers={"Accept": "text/plain", "User-Agent": f"greenops-agent/{__version__}"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            body = resp.read(MAX_BODY_BYTES + 1)
+    except urllib.error.URLError as exc:
+        raise OSError(str(getattr(exc, "reason", exc))) from exc
+    if len(body) > MAX_BODY_BYTES:
+        raise OSError(f"metrics page larger than {MAX_BODY_BYTES} bytes")
+    return body.decode("utf-8", "replace")
+
+
+# --- the agent side: a thread that scrapes, and batches that go through the spool -------------
+
+
+def build_inference_batch(windows: list[dict], batch_id: str | None = None) -> dict:
+    """The POST /api/v1/inference document; ``sent_at`` is restamped by the shipper."""
+    return {"batch_id": batch_id or str(uuid.uuid4()), "sent_at": time.time(),
+            "windows": windows}
+
+
+class ScrapeChannel:
+    """Scrapes every target every ``interval_s`` on its own thread (a slow server must not
+    delay GPU sampling); the agent's loop calls :meth:`seal` to spool the windows."""
+
+    name = "inference scraping"
+
+    def __init__(
+        self,
+        targets: list[Target],
+        interval_s: float = 15.0,
+        fetch: Fetch | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError("scrape interval must be positive")
+        self.interval_s = interval_s
+        self.clock = clock
+        timeout_s = min(10.0, max(0.5, interval_s / 2))
+        self.scrapers = [TargetScraper(t, fetch, timeout_s) for t in targets]
+        self.windows: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def scrape_all(self) -> int:
+        """One round over every target; returns the number of windows it produced."""
+        produced = 0
+        seen: set[tuple[str, float]] = set()
+        for scraper in self.scrapers:
+            end = self.clock()
+            while (scraper.target.workload, end) in seen:  # the server wants unique ends
+                end = math.nextafter(end, math.inf)
+            win = scraper.scrape(end)
+            if win is not None:
+                seen.add((scraper.target.workload, end))
+                with self._lock:
+                    self.windows.append(win)
+                produced += 1
+        return produced
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="greenops-scrape", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        tick = 0
+        while not self._stop.is_set():
+            try:
+                self.scrape_all()
+            except Exception:  # the thread must outlive any bug in one scrape
+                log.exception("scrape round failed; continuing")
+            tick += 1
+            now = time.monotonic()
+            tick = max(tick, int((now - start) // self.interval_s) + 1)  # skip missed rounds
+            self._stop.wait(start + tick * self.interval_s - now)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+
+    def seal(self, spool: Any) -> int:
+        """Spool the windows gathered so far as inference batches; returns how many batches."""
+        with self._lock:
+            windows, self.windows = self.windows, []
+        batches = 0
+        for i in range(0, len(windows), MAX_WINDOWS_PER_BATCH):
+            chunk = windows[i : i + MAX_WINDOWS_PER_BATCH]
+            doc = build_inference_batch(chunk)
+            spool.put(doc["batch_id"], wire.encode(doc), len(chunk), path=INFERENCE_PATH)
+            batches += 1
+        return batches
