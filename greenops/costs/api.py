@@ -1,5 +1,65 @@
 """JSON API of the costs app, mounted on /api/v1/ by greenops/api/v1.py."""
 
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django.utils import timezone
 from ninja import Router
+from ninja.responses import Status
+from ninja.security import django_auth
+
+from greenops.costs.accounting import LOOKBACKS_DAYS, collect, team_costs
+from greenops.costs.catalog import is_stale
+from greenops.costs.models import Price
+from greenops.costs.report import team_recommendations
+from greenops.teams.permissions import authorize_api
+from greenops.telemetry.wire import IngestError
 
 router = Router(tags=["costs"])
+
+
+def parse_lookback(value: str | None) -> int:
+    """7, 30 or 60 days; anything else is a 422 naming the field, never a silent default."""
+    allowed = ", ".join(str(d) for d in LOOKBACKS_DAYS)
+    try:
+        days = int(value) if value not in (None, "") else 30
+    except ValueError:
+        raise IngestError(422, "validation_error", "lookback",
+                          f"lookback must be one of {allowed} (days)") from None
+    if days not in LOOKBACKS_DAYS:
+        raise IngestError(422, "validation_error", "lookback",
+                          f"lookback must be one of {allowed} (days)")
+    return days
+
+
+@router.get("/teams/{slug}/recommendations", auth=django_auth, response={200: dict},
+            summary="Purchase-option recommendations from measured usage (estimates)")
+def get_recommendations(request: HttpRequest, slug: str, lookback: str | None = None):
+    team, _role = authorize_api(request.user, slug, "team.view")
+    return Status(200, team_recommendations(team, parse_lookback(lookback)))
+
+
+@router.get("/teams/{slug}/costs", auth=django_auth, response={200: dict},
+            summary="Cost per host, workload and idle GPU-hours over a lookback")
+def get_costs(request: HttpRequest, slug: str, lookback: str | None = None):
+    team, _role = authorize_api(request.user, slug, "team.view")
+    return Status(200, team_costs(collect(team, parse_lookback(lookback))))
+
+
+@router.get("/prices", auth=django_auth, response={200: dict},
+            summary="The price catalog with each price's source and age")
+def get_prices(request: HttpRequest, region: str = "", instance_type: str = ""):
+    qs = Price.objects.all()
+    if region:
+        qs = qs.filter(region=region)
+    if instance_type:
+        qs = qs.filter(instance_type=instance_type)
+    now = timezone.now()
+    return Status(200, {"prices": [
+        {"provider": p.provider, "region": p.region, "instance_type": p.instance_type,
+         "option": p.option, "term_years": p.term_years, "payment": p.payment,
+         "usd_per_hour": float(p.usd_per_hour), "interruption_band": p.interruption_band,
+         "method": p.method, "source": p.source, "as_of": p.as_of.isoformat(),
+         "age_days": p.age(now).days, "stale": is_stale(p, now)}
+        for p in qs
+    ]})

@@ -1,5 +1,9 @@
 """Pages of the costs app, mounted under /teams/<slug>/ by greenops/urls.py."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from greenops.costs import views
+
+urlpatterns = [
+    path("costs/", views.recommendations, name="costs-recommendations"),
+]

@@ -1,0 +1,288 @@
+"""Refreshing AWS prices with boto3: the Price List API and EC2 spot price history.
+
+Parsing is separate from fetching so tests feed real-shaped responses through botocore's
+Stubber. The whole refresh is one transaction: if any call fails, the last good prices stay.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from greenops.costs.models import (
+    InstanceType,
+    Payment,
+    Price,
+    PriceMethod,
+    PriceOption,
+    PriceRefresh,
+)
+
+HOURS_PER_YEAR = 8760
+PRICE_LIST_SOURCE = "AWS Price List API get_products (AmazonEC2, Linux, shared tenancy)"
+SPOT_SOURCE = "EC2 DescribeSpotPriceHistory (Linux/UNIX)"
+SAVINGS_PLAN_SOURCE = "AWS Savings Plans DescribeSavingsPlansOfferingRates (EC2 Instance SP, Linux)"
+SECONDS_PER_YEAR = 31_536_000
+PAYMENTS = {"No Upfront": Payment.NO_UPFRONT, "Partial Upfront": Payment.PARTIAL_UPFRONT,
+            "All Upfront": Payment.ALL_UPFRONT}
+TERMS = {"1yr": 1, "3yr": 3}
+
+
+@dataclass
+class ParsedOffer:
+    region: str
+    instance_type: str
+    option: str
+    usd_per_hour: Decimal
+    term_years: int | None = None
+    payment: str = ""
+    published: dt.datetime | None = None
+    detail: dict = field(default_factory=dict)
+
+
+def _usd(dimension: dict) -> Decimal:
+    return Decimal(dimension["pricePerUnit"]["USD"])
+
+
+def parse_price_list_item(item: str | dict) -> list[ParsedOffer]:
+    """One PriceList entry (a JSON string in the API response) -> its on-demand and standard
+    reserved offers. Upfront fees are spread over the term so every offer is an effective $/h."""
+    doc = json.loads(item) if isinstance(item, str) else item
+    attrs = doc["product"]["attributes"]
+    region = attrs["regionCode"]
+    itype = attrs["instanceType"]
+    published = dt.datetime.fromisoformat(doc["publicationDate"].replace("Z", "+00:00")) \
+        if doc.get("publicationDate") else None
+    offers: list[ParsedOffer] = []
+    for term in doc.get("terms", {}).get("OnDemand", {}).values():
+        for dim in term["priceDimensions"].values():
+            if dim["unit"] == "Hrs" and _usd(dim) > 0:
+                offers.append(ParsedOffer(region, itype, PriceOption.ON_DEMAND, _usd(dim),
+                                          published=published,
+                                          detail={"rateCode": dim["rateCode"]}))
+    for term in doc.get("terms", {}).get("Reserved", {}).values():
+        ta = term["termAttributes"]
+        # Convertible RIs cost more for their flexibility; the recommendation is for standard.
+        if ta.get("OfferingClass") != "standard" or ta.get("LeaseContractLength") not in TERMS:
+            continue
+        payment = PAYMENTS.get(ta.get("PurchaseOption", ""))
+        if payment is None:
+            continue
+        years = TERMS[ta["LeaseContractLength"]]
+        hourly = Decimal(0)
+        upfront = Decimal(0)
+        for dim in term["priceDimensions"].values():
+            if dim["unit"] == "Hrs":
+                hourly += _usd(dim)
+            elif dim["unit"] == "Quantity":
+                upfront += _usd(dim)
+        effective = hourly + upfront / (years * HOURS_PER_YEAR)
+        offers.append(ParsedOffer(region, itype, PriceOption.RESERVED,
+                                  effective.quantize(Decimal("0.000001")), years, payment,
+                                  published, {"upfront_usd": str(upfront),
+                                              "hourly_usd": str(hourly)}))
+    return offers
+
+
+def fetch_price_list(client, instance_types: Iterable[str]) -> list[ParsedOffer]:
+    """All regions' on-demand and reserved offers for the given instance types."""
+    offers: list[ParsedOffer] = []
+    for itype in instance_types:
+        filters = [
+            {"Type": "TERM_MATCH", "Field": "instanceType", "Value": itype},
+            {"Type": "TERM_MATCH", "Field": "operatingSystem", "Value": "Linux"},
+            {"Type": "TERM_MATCH", "Field": "tenancy", "Value": "Shared"},
+            {"Type": "TERM_MATCH", "Field": "preInstalledSw", "Value": "NA"},
+            {"Type": "TERM_MATCH", "Field": "capacitystatus", "Value": "Used"},
+        ]
+        token = None
+        while True:
+            kwargs = {"ServiceCode": "AmazonEC2", "Filters": filters, "FormatVersion": "aws_v1",
+                      "MaxResults": 100}
+            if token:
+                kwargs["NextToken"] = token
+            page = client.get_products(**kwargs)
+            for item in page.get("PriceList", []):
+                offers.extend(parse_price_list_item(item))
+            token = page.get("NextToken")
+            if not token:
+                break
+    return offers
+
+
+def parse_savings_plan_rates(results: list[dict]) -> list[ParsedOffer]:
+    """EC2 Instance Savings Plan rates for shared-tenancy Linux box usage. EC2 Instance plans
+    (one family, one region) are the cheaper kind and the one comparable with a standard RI."""
+    offers = []
+    for r in results:
+        o = r["savingsPlanOffering"]
+        props = {p["name"]: p["value"] for p in r.get("properties", [])}
+        if (o["planType"] != "EC2Instance" or r["unit"] != "Hrs"
+                or "BoxUsage" not in r["usageType"]
+                or props.get("productDescription") != "Linux/UNIX"
+                or props.get("tenancy", "shared") != "shared"
+                or o["paymentOption"] not in PAYMENTS):
+            continue
+        offers.append(ParsedOffer(
+            props["region"], props["instanceType"], PriceOption.SAVINGS_PLAN,
+            Decimal(r["rate"]), round(o["durationSeconds"] / SECONDS_PER_YEAR),
+            PAYMENTS[o["paymentOption"]],
+            detail={"offeringId": o["offeringId"], "planType": o["planType"]},
+        ))
+    return offers
+
+
+def fetch_savings_plan_rates(client, instance_types: Iterable[str]) -> list[ParsedOffer]:
+    offers: list[ParsedOffer] = []
+    for itype in instance_types:
+        token = None
+        while True:
+            kwargs = {
+                "savingsPlanTypes": ["EC2Instance"], "products": ["EC2"],
+                "serviceCodes": ["AmazonEC2"],
+                "filters": [{"name": "instanceType", "values": [itype]},
+                            {"name": "productDescription", "values": ["Linux/UNIX"]},
+                            {"name": "tenancy", "values": ["shared"]}],
+                "maxResults": 1000,
+            }
+            if token:
+                kwargs["nextToken"] = token
+            page = client.describe_savings_plans_offering_rates(**kwargs)
+            offers.extend(parse_savings_plan_rates(page.get("searchResults", [])))
+            token = page.get("nextToken")
+            if not token:
+                break
+    return offers
+
+
+@dataclass
+class SpotSummary:
+    region: str
+    instance_type: str
+    zone: str  # the cheapest zone by median
+    median_usd_per_hour: Decimal
+    latest_usd_per_hour: Decimal
+    latest_at: dt.datetime
+    per_zone: dict[str, dict]
+
+
+def summarise_spot(region: str, history: list[dict]) -> list[SpotSummary]:
+    """Per instance type: each zone's latest price and median over the lookback; the type's
+    planning price is the zone with the lowest median (where one would launch)."""
+    by_type: dict[str, dict[str, list[tuple[dt.datetime, Decimal]]]] = defaultdict(
+        lambda: defaultdict(list))
+    for row in history:
+        by_type[row["InstanceType"]][row["AvailabilityZone"]].append(
+            (row["Timestamp"], Decimal(row["SpotPrice"])))
+    out = []
+    for itype, zones in sorted(by_type.items()):
+        per_zone = {}
+        for zone, points in zones.items():
+            points.sort()
+            per_zone[zone] = {
+                "median": statistics.median(p for _, p in points),
+                "latest": points[-1][1], "latest_at": points[-1][0], "points": len(points),
+            }
+        zone = min(per_zone, key=lambda z: (per_zone[z]["median"], z))
+        best = per_zone[zone]
+        out.append(SpotSummary(
+            region, itype, zone, best["median"], best["latest"], best["latest_at"],
+            {z: {"median": str(v["median"]), "latest": str(v["latest"]),
+                 "latest_at": v["latest_at"].isoformat(), "points": v["points"]}
+             for z, v in sorted(per_zone.items())},
+        ))
+    return out
+
+
+def fetch_spot_history(client, instance_types: list[str], start: dt.datetime) -> list[dict]:
+    history: list[dict] = []
+    token = None
+    while True:
+        kwargs = {"InstanceTypes": instance_types, "ProductDescriptions": ["Linux/UNIX"],
+                  "StartTime": start}
+        if token:
+            kwargs["NextToken"] = token
+        page = client.describe_spot_price_history(**kwargs)
+        history.extend(page.get("SpotPriceHistory", []))
+        token = page.get("NextToken")
+        if not token:
+            break
+    return history
+
+
+def save_offers(offers: list[ParsedOffer], now: dt.datetime) -> int:
+    for o in offers:
+        sp = o.option == PriceOption.SAVINGS_PLAN
+        source = SAVINGS_PLAN_SOURCE if sp else PRICE_LIST_SOURCE
+        method = PriceMethod.SAVINGS_PLANS_API if sp else PriceMethod.PRICE_LIST_API
+        Price.objects.update_or_create(
+            provider="aws", region=o.region, instance_type=o.instance_type, option=o.option,
+            term_years=o.term_years, payment=o.payment,
+            defaults={"usd_per_hour": o.usd_per_hour, "method": method,
+                      "source": source, "as_of": now,
+                      "detail": {**o.detail, "published": o.published.isoformat()
+                                 if o.published else None}},
+        )
+    return len(offers)
+
+
+def save_spot(summaries: list[SpotSummary], lookback: dt.timedelta) -> int:
+    for s in summaries:
+        existing = Price.objects.filter(provider="aws", region=s.region,
+                                        instance_type=s.instance_type,
+                                        option=PriceOption.SPOT).first()
+        Price.objects.update_or_create(
+            provider="aws", region=s.region, instance_type=s.instance_type,
+            option=PriceOption.SPOT, term_years=None, payment="",
+            defaults={
+                "usd_per_hour": s.median_usd_per_hour,
+                "latest_usd_per_hour": s.latest_usd_per_hour,
+                # The API has no interruption rate; keep the band we had (Spot Instance Advisor).
+                "interruption_band": existing.interruption_band if existing else "",
+                "method": PriceMethod.SPOT_HISTORY,
+                "source": f"{SPOT_SOURCE}, median over {lookback.days} days in {s.zone}",
+                "as_of": s.latest_at,
+                "detail": {"zone": s.zone, "zones": s.per_zone},
+            },
+        )
+    return len(summaries)
+
+
+def refresh(pricing_client, ec2_clients: dict, savings_plans_client=None, *,
+            instance_types: list[str] | None = None,
+            spot_lookback: dt.timedelta = dt.timedelta(days=7),
+            now: dt.datetime | None = None) -> PriceRefresh:
+    """Fetch everything first, then write in one transaction; any failure leaves the catalog
+    as it was and records why."""
+    now = now or timezone.now()
+    log = PriceRefresh.objects.create(started_at=now)
+    types = instance_types or list(
+        InstanceType.objects.filter(provider="aws").values_list("name", flat=True))
+    try:
+        offers = fetch_price_list(pricing_client, types)
+        if savings_plans_client is not None:
+            offers += fetch_savings_plan_rates(savings_plans_client, types)
+        spot: list[SpotSummary] = []
+        for region, client in ec2_clients.items():
+            spot.extend(summarise_spot(region, fetch_spot_history(
+                client, types, now - spot_lookback)))
+        with transaction.atomic():
+            n = save_offers(offers, now) + save_spot(spot, spot_lookback)
+    except Exception as exc:  # noqa: BLE001 -- any failure must keep the last good prices
+        log.status = PriceRefresh.Status.FAILED
+        log.message = f"{type(exc).__name__}: {exc}; the previous prices are kept."
+    else:
+        log.status = PriceRefresh.Status.DONE
+        log.prices_updated = n
+        log.message = f"{len(offers)} list prices and {len(spot)} spot prices updated."
+    log.finished_at = timezone.now()
+    log.save()
+    return log

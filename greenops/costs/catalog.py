@@ -1,0 +1,163 @@
+"""Reading the price catalog: the bundled snapshot, lookups, and whether a price is too old.
+
+Lookups never guess: a missing price is `None` with a message that says what is missing, and a
+price past its shelf life is returned flagged stale, so pages can show it as such.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from django.db import transaction
+
+from greenops.costs.models import (
+    HostCostConfig,
+    InstanceType,
+    Payment,
+    Price,
+    PriceMethod,
+    PriceOption,
+)
+from greenops.telemetry.models import Host, PurchaseOption
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+SNAPSHOT = DATA_DIR / "aws_prices_2025-05-31.json"
+
+# List prices change a few times a year; spot prices hourly. Past these ages a price is shown
+# flagged as stale (still shown: an old figure labelled old beats a blank).
+MAX_AGE = {
+    PriceOption.SPOT: dt.timedelta(days=3),
+    PriceOption.ON_DEMAND: dt.timedelta(days=90),
+    PriceOption.RESERVED: dt.timedelta(days=90),
+    PriceOption.SAVINGS_PLAN: dt.timedelta(days=90),
+}
+
+
+def load_snapshot(path: Path = SNAPSHOT, instance_type_model=InstanceType,
+                  price_model=Price) -> int:
+    """Upsert the bundled snapshot. A row already refreshed after the snapshot date is kept:
+    a newer observed price must never be overwritten by an older list price. (The model
+    arguments let the data migration pass its historical models.)"""
+    doc = json.loads(path.read_text())
+    meta = doc["metadata"]
+    provider = meta["provider"]
+    as_of = dt.datetime.fromisoformat(meta["as_of"]).replace(tzinfo=dt.UTC)
+    written = 0
+    with transaction.atomic():
+        for name, spec in doc["instance_types"].items():
+            instance_type_model.objects.update_or_create(
+                provider=provider, name=name,
+                defaults={**spec, "source": f"snapshot {path.name}"},
+            )
+        for row in doc["prices"]:
+            key = {
+                "provider": provider, "region": row["region"],
+                "instance_type": row["instance_type"], "option": row["option"],
+                "term_years": row.get("term_years"), "payment": row.get("payment", ""),
+            }
+            current = price_model.objects.filter(**key).first()
+            if current is not None and current.as_of > as_of:
+                continue
+            price_model.objects.update_or_create(**key, defaults={
+                "usd_per_hour": Decimal(row["usd_per_hour"]),
+                "interruption_band": row.get("interruption_band", ""),
+                "method": PriceMethod.SNAPSHOT,
+                "source": row["source"],
+                "as_of": as_of,
+                "detail": {"snapshot": path.name, "confidence": row.get("confidence", "")},
+            })
+            written += 1
+    return written
+
+
+def is_stale(price: Price, now: dt.datetime | None = None) -> bool:
+    return price.age(now) > MAX_AGE[PriceOption(price.option)]
+
+
+@dataclass(frozen=True)
+class HourlyPrice:
+    """What one host-hour costs under the host's purchase option."""
+
+    usd_per_hour: float
+    option: str
+    source: str
+    as_of: dt.datetime | None
+    stale: bool
+    # On-premises hosts add electricity on top of the amortised hardware per hour.
+    electricity_usd_per_kwh: float | None = None
+    pue: float | None = None
+    price: Price | None = None
+
+
+@dataclass(frozen=True)
+class PriceProblem:
+    code: str  # missing_price, unknown_instance_type, missing_on_prem_cost, no_instance_type
+    message: str
+
+
+def instance_type(provider: str, name: str) -> InstanceType | None:
+    return InstanceType.objects.filter(provider=provider, name=name).first()
+
+
+def find_price(provider: str, region: str, instance_type_name: str, option: str,
+               term_years: int | None = None, payment: str | None = None) -> Price | None:
+    qs = Price.objects.filter(provider=provider, region=region, instance_type=instance_type_name,
+                              option=option)
+    if option not in (PriceOption.RESERVED, PriceOption.SAVINGS_PLAN):
+        return qs.order_by("-as_of").first()
+    qs = qs.filter(term_years=term_years or 1)
+    if not payment:
+        return qs.order_by("-as_of").first()
+    # The exact payment option first; a product-page effective rate is the best we have when
+    # it is missing, and it is labelled as such wherever it is shown.
+    return (qs.filter(payment=payment).order_by("-as_of").first()
+            or qs.filter(payment=Payment.UNSPECIFIED).order_by("-as_of").first())
+
+
+def host_price(host: Host, now: dt.datetime | None = None) -> HourlyPrice | PriceProblem:
+    """The hourly price of a host under its own purchase option, or why there is none."""
+    config = HostCostConfig.objects.filter(host=host).first()
+    if host.purchase_option == PurchaseOption.ON_PREM or host.provider == "on_prem":
+        per_hour = config.hardware_usd_per_hour() if config else None
+        if per_hour is None:
+            return PriceProblem("missing_on_prem_cost",
+                                f"{host.name}: on-premises host without hardware cost; "
+                                "set its hardware price and amortisation period.")
+        return HourlyPrice(
+            usd_per_hour=float(per_hour), option=PurchaseOption.ON_PREM,
+            source=config.source or "host cost settings", as_of=None, stale=False,
+            electricity_usd_per_kwh=(float(config.electricity_usd_per_kwh)
+                                     if config.electricity_usd_per_kwh is not None else None),
+            pue=config.pue,
+        )
+    if not host.instance_type or not host.region:
+        return PriceProblem("no_instance_type",
+                            f"{host.name}: no instance type or region recorded for this host.")
+    if instance_type(host.provider or "aws", host.instance_type) is None:
+        return PriceProblem("unknown_instance_type",
+                            f"{host.name}: instance type {host.instance_type!r} is not in the "
+                            f"{host.provider or 'aws'} price catalog.")
+    option = host.purchase_option
+    term = config.term_years if config else 1
+    payment = config.payment if config else Payment.NO_UPFRONT
+    price = find_price(host.provider or "aws", host.region, host.instance_type, option,
+                       term, payment)
+    if price is None:
+        what = option if option in (PriceOption.ON_DEMAND, PriceOption.SPOT) else \
+            f"{option} {term}y {payment}"
+        return PriceProblem("missing_price",
+                            f"{host.name}: no {what} price for {host.instance_type} in "
+                            f"{host.region}; refresh prices or add one.")
+    return HourlyPrice(usd_per_hour=float(price.usd_per_hour), option=option,
+                       source=price.source, as_of=price.as_of, stale=is_stale(price, now),
+                       price=price)
+
+
+def hourly_price(host: Host, now: dt.datetime | None = None) -> HourlyPrice | None:
+    """For other apps (KPIs: cost per 1k inferences): the host's hourly price, or None."""
+    result = host_price(host, now)
+    return result if isinstance(result, HourlyPrice) else None

@@ -1,0 +1,263 @@
+"""Purchase-option recommendations as pure functions over measured usage and prices.
+
+No database here: callers pass hourly usage and rates, tests pass hand-made ones. Every result
+carries monthly dollars and percent saved, risk, the energy and CO2e effect, and its reasoning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from greenops.costs.models import HOURS_PER_MONTH, INTERRUPTION_BANDS
+
+RESTART_MIN = 10.0  # time to get a replacement spot instance running and reload a checkpoint
+UNKNOWN_BAND = ">20%"  # without a Spot Instance Advisor band, plan for the worst one
+MEMORY_HEADROOM = 1.2  # a smaller GPU must hold the measured peak memory plus 20%
+
+
+@dataclass
+class Recommendation:
+    kind: str  # commit, no_commitment, spot, stay_on_demand, stop_idle, consolidate, rightsize
+    subject: str
+    title: str
+    monthly_usd_saved: float
+    pct_saved: float
+    risk: str  # low, medium, high
+    kwh_per_month: float  # change in energy; negative means less
+    co2e_kg_per_month: float | None  # None where no grid intensity is known
+    reasoning: str
+    method: str = "estimate: measured GPU-hour usage over the lookback x catalog prices"
+    detail: dict = field(default_factory=dict)
+
+
+def co2e_kg(kwh: float, intensity_g_per_kwh: float | None) -> float | None:
+    return None if intensity_g_per_kwh is None else kwh * intensity_g_per_kwh / 1000.0
+
+
+@dataclass(frozen=True)
+class CommitOption:
+    label: str  # e.g. "Reserved 3y no upfront"
+    usd_per_hour: float
+    term_years: int
+
+
+def break_even_utilisation(commit_usd_per_hour: float, on_demand_usd_per_hour: float) -> float:
+    """The share of hours an instance must run for a commitment to cost less than on-demand."""
+    return commit_usd_per_hour / on_demand_usd_per_hour
+
+
+def commitment_level(hourly_counts: list[int], break_even: float) -> int:
+    """The number of instances to commit to: the c-th committed instance pays off when at least
+    c instances ran in a break-even share of the hours."""
+    hours = len(hourly_counts)
+    level = 0
+    for c in range(1, max(hourly_counts, default=0) + 1):
+        if sum(1 for n in hourly_counts if n >= c) / hours >= break_even:
+            level = c
+    return level
+
+
+def cost_with_commitment(hourly_counts: list[int], level: int, commit_usd: float,
+                         on_demand_usd: float) -> float:
+    return sum(level * commit_usd + max(0, n - level) * on_demand_usd for n in hourly_counts)
+
+
+def commitment(subject: str, hourly_counts: list[int], on_demand_usd_per_hour: float,
+               options: list[CommitOption]) -> Recommendation:
+    """Reserved/savings-plan level from the hourly distribution of running instances.
+    `hourly_counts` has one entry per hour of the lookback, zero where nothing ran."""
+    hours = len(hourly_counts)
+    current = sum(hourly_counts) * on_demand_usd_per_hour
+    to_month = HOURS_PER_MONTH / hours
+    busy = sum(1 for n in hourly_counts if n > 0) / hours
+    results = []
+    for opt in options:
+        be = break_even_utilisation(opt.usd_per_hour, on_demand_usd_per_hour)
+        level = commitment_level(hourly_counts, be)
+        new = cost_with_commitment(hourly_counts, level, opt.usd_per_hour,
+                                   on_demand_usd_per_hour)
+        results.append((current - new, opt, be, level))
+    alternatives = [{"option": o.label, "break_even_utilisation": be, "level": lvl,
+                     "monthly_usd_saved": s * to_month} for s, o, be, lvl in results]
+    # Share of hours with at least c instances running, c = 1..peak: the curve the break-even
+    # lines are read against (and what the page plots).
+    curve = [sum(1 for n in hourly_counts if n >= c) / hours
+             for c in range(1, max(hourly_counts, default=0) + 1)]
+    best = max((r for r in results if r[3] > 0), key=lambda r: r[0], default=None)
+    if best is None or best[0] <= 0:
+        lowest = min((r[2] for r in results), default=None)
+        why = (f"At least one instance ran in {busy:.0%} of the hours; the cheapest commitment "
+               f"breaks even at {lowest:.0%}." if lowest is not None
+               else "No commitment prices are in the catalog for this instance type.")
+        return Recommendation(
+            "no_commitment", subject, f"No commitment for {subject}", 0.0, 0.0, "low", 0.0,
+            0.0, why + " Commitments would cost more than on-demand for this usage; stay "
+            "on-demand, or on spot where the work can be interrupted.",
+            detail={"alternatives": alternatives, "busy_share": busy,
+                    "share_at_least": curve},
+        )
+    saved, opt, be, level = best
+    risk = "high" if opt.term_years >= 3 else "medium"
+    steady = sum(1 for n in hourly_counts if n >= level) / hours
+    return Recommendation(
+        "commit", subject, f"Commit to {level} x {subject} ({opt.label})",
+        saved * to_month, saved / current * 100 if current else 0.0, risk, 0.0, 0.0,
+        f"{level} instance(s) ran in {steady:.0%} of the hours; {opt.label} at "
+        f"${opt.usd_per_hour:.4f}/h breaks even at {be:.0%} use against "
+        f"${on_demand_usd_per_hour:.4f}/h on-demand. The same hardware runs either way, so "
+        "energy and CO2e do not change. "
+        f"Risk: you pay for {opt.term_years} year(s) even if the work stops.",
+        detail={"alternatives": alternatives, "level": level, "break_even_utilisation": be,
+                "share_at_least": curve},
+    )
+
+
+def spot_overhead(band: str, checkpoint_interval_min: float, restart_min: float = RESTART_MIN
+                  ) -> float:
+    """Extra work as a share of run time: interruptions per hour x work lost per interruption
+    (half a checkpoint interval on average, plus the restart)."""
+    per_hour = INTERRUPTION_BANDS[band] / HOURS_PER_MONTH
+    return per_hour * (checkpoint_interval_min / 2 + restart_min) / 60
+
+
+@dataclass(frozen=True)
+class WorkloadTraits:
+    name: str
+    kind: str  # inference, training, batch
+    interruptible: bool
+    checkpoint_interval_min: int | None
+    latency_critical: bool
+
+
+def spot_fit(w: WorkloadTraits, on_demand_usd_per_hour: float, spot_usd_per_hour: float | None,
+             band: str, instance_hours_per_month: float, kwh_per_month: float,
+             intensity_g_per_kwh: float | None) -> Recommendation | None:
+    """Spot for interruptible work, net of the work redone after interruptions; on-demand for
+    latency-critical serving. None when the workload says nothing either way."""
+    od_monthly = on_demand_usd_per_hour * instance_hours_per_month
+    if w.latency_critical:
+        return Recommendation(
+            "stay_on_demand", w.name, f"Keep {w.name} on on-demand (or committed) capacity",
+            0.0, 0.0, "low", 0.0, 0.0,
+            f"{w.name} serves latency-critical requests: a spot interruption gives only two "
+            "minutes' notice and would drop requests. Its savings belong in a commitment, not "
+            "in spot.",
+        )
+    if not w.interruptible:
+        return None
+    if w.kind == "training" and not w.checkpoint_interval_min:
+        return Recommendation(
+            "stay_on_demand", w.name, f"Add checkpoints before moving {w.name} to spot",
+            0.0, 0.0, "low", 0.0, 0.0,
+            f"{w.name} is marked interruptible but has no checkpoint interval: an interruption "
+            "would lose the whole run. Checkpoint it, then it can move to spot.",
+        )
+    if spot_usd_per_hour is None:
+        return Recommendation(
+            "spot", w.name, f"{w.name} fits spot, but there is no spot price to size it", 0.0,
+            0.0, "medium", 0.0, 0.0,
+            "No spot price is in the catalog for this instance type and region (spot prices "
+            "come only from a refresh with AWS credentials), so no saving is claimed.",
+            detail={"missing": "spot_price"},
+        )
+    band_known = band in INTERRUPTION_BANDS
+    used_band = band if band_known else UNKNOWN_BAND
+    overhead = spot_overhead(used_band, w.checkpoint_interval_min or 0)
+    effective = spot_usd_per_hour * (1 + overhead)
+    saved = (on_demand_usd_per_hour - effective) * instance_hours_per_month
+    extra_kwh = overhead * kwh_per_month
+    risk = {"<5%": "low", "5-10%": "low", "10-15%": "medium"}.get(used_band, "high")
+    lost = (f"half a {w.checkpoint_interval_min}-minute checkpoint interval"
+            if w.checkpoint_interval_min else "the batch items in flight")
+    return Recommendation(
+        "spot", w.name, f"Run {w.name} on spot", saved, saved / od_monthly * 100 if od_monthly
+        else 0.0, risk, extra_kwh, co2e_kg(extra_kwh, intensity_g_per_kwh),
+        f"{w.name} can be interrupted. Spot at ${spot_usd_per_hour:.4f}/h against "
+        f"${on_demand_usd_per_hour:.4f}/h on-demand; with interruption band {used_band}"
+        f"{'' if band_known else ' (assumed: no Spot Instance Advisor band known)'} each "
+        f"interruption loses {lost} plus {RESTART_MIN:.0f} minutes to restart, "
+        f"{overhead:.3%} extra run time, which also costs that much more energy.",
+        detail={"overhead_share": overhead, "effective_usd_per_hour": effective,
+                "band": used_band, "band_assumed": not band_known},
+    )
+
+
+def idle_gpus(host: str, option: str, host_usd_per_hour: float | None, gpu_count: int,
+              idle_gpu_count: int, idle_hours: int, idle_kw: float, pue: float,
+              intensity_g_per_kwh: float | None) -> Recommendation | None:
+    """GPUs under the idle threshold for every one of the last `idle_hours` hours. A fully idle
+    host should be stopped; partly idle ones consolidated. `idle_kw` is the measured draw of the
+    idle GPUs together."""
+    if idle_gpu_count == 0 or not gpu_count:
+        return None
+    kwh = -idle_kw * HOURS_PER_MONTH * pue
+    per_gpu = (host_usd_per_hour or 0.0) / gpu_count
+    # A commitment is paid whether the host runs or not: stopping saves energy, not dollars.
+    pays_per_hour = option in ("on_demand", "spot")
+    if idle_gpu_count == gpu_count:
+        saved = (host_usd_per_hour or 0.0) * HOURS_PER_MONTH if pays_per_hour else 0.0
+        return Recommendation(
+            "stop_idle", host, f"Stop {host}: its GPUs have been idle for {idle_hours} hours",
+            saved, 100.0 if saved else 0.0, "low", kwh, co2e_kg(kwh, intensity_g_per_kwh),
+            f"All {gpu_count} GPU(s) of {host} stayed under the idle threshold for the last "
+            f"{idle_hours} hours while drawing {idle_kw * 1000:.0f} W."
+            + ("" if pays_per_hour else " It is on a commitment, so stopping saves energy and "
+               "CO2e but not dollars; move other work onto it instead."),
+        )
+    saved = per_gpu * idle_gpu_count * HOURS_PER_MONTH if pays_per_hour else 0.0
+    return Recommendation(
+        "consolidate", host, f"Consolidate {host}: {idle_gpu_count} of {gpu_count} GPUs idle",
+        saved, idle_gpu_count / gpu_count * 100 if saved else 0.0, "medium", kwh,
+        co2e_kg(kwh, intensity_g_per_kwh),
+        f"{idle_gpu_count} of {gpu_count} GPU(s) on {host} stayed idle for the last "
+        f"{idle_hours} hours. Packing the work onto fewer GPUs (a smaller instance, or other "
+        "work on these) frees their share of the price and their idle draw.",
+    )
+
+
+@dataclass(frozen=True)
+class InstanceOffer:
+    name: str
+    gpu_model: str
+    gpu_count: int
+    gpu_memory_gib: float
+    usd_per_hour: float
+
+
+def gpu_family(gpu_model: str) -> str:
+    """"NVIDIA A100 80GB" -> "nvidia a100": the architecture, without the memory size."""
+    return " ".join(gpu_model.lower().split()[:2])
+
+
+def rightsize(host: str, current: InstanceOffer, used_gpus: int, peak_mem_gib: float | None,
+              candidates: list[InstanceOffer], instance_hours_per_month: float,
+              unused_gpu_kw: float, pue: float, intensity_g_per_kwh: float | None
+              ) -> Recommendation | None:
+    """The cheapest instance of the same GPU family with enough GPUs for the ones actually used
+    and enough memory per GPU for the measured peak; None when nothing cheaper fits or memory
+    was not measured."""
+    if peak_mem_gib is None or used_gpus == 0:
+        return None
+    need_mem = peak_mem_gib * MEMORY_HEADROOM
+    # Same GPU family only (A100 80GB -> A100 40GB, not A10G -> T4): a slower GPU could cost
+    # more per unit of work than it saves per hour, and we have no throughput figures for it.
+    fits = [c for c in candidates if gpu_family(c.gpu_model) == gpu_family(current.gpu_model)
+            and c.gpu_count >= used_gpus and c.gpu_memory_gib >= need_mem
+            and c.usd_per_hour < current.usd_per_hour and c.name != current.name]
+    if not fits:
+        return None
+    best = min(fits, key=lambda c: (c.usd_per_hour, c.name))
+    saved = (current.usd_per_hour - best.usd_per_hour) * instance_hours_per_month
+    removed = max(0, current.gpu_count - best.gpu_count)
+    kwh = -unused_gpu_kw * HOURS_PER_MONTH * pue if removed else 0.0
+    return Recommendation(
+        "rightsize", host, f"Move {host} from {current.name} to {best.name}", saved,
+        (current.usd_per_hour - best.usd_per_hour) / current.usd_per_hour * 100, "medium", kwh,
+        co2e_kg(kwh, intensity_g_per_kwh),
+        f"{host} used {used_gpus} of {current.gpu_count} {current.gpu_model} GPU(s), peaking at "
+        f"{peak_mem_gib:.1f} GiB; {best.name} has {best.gpu_count} x {best.gpu_model} with "
+        f"{best.gpu_memory_gib:.0f} GiB each (20% headroom kept) at ${best.usd_per_hour:.4f}/h "
+        f"instead of ${current.usd_per_hour:.4f}/h. Check throughput on the new GPU before "
+        "switching: a different GPU model may run slower.",
+        detail={"to": best.name},
+    )

@@ -1,0 +1,223 @@
+"""A team's recommendations: reads usage and prices, hands them to the pure functions in
+recommend.py, and labels every figure with the age and source of the prices behind it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import asdict
+
+from greenops.costs import recommend as rec
+from greenops.costs.accounting import (
+    IDLE_UTIL_PCT,
+    J_PER_KWH,
+    GpuUsage,
+    HostCost,
+    TeamUsage,
+    collect,
+)
+from greenops.costs.catalog import find_price, is_stale
+from greenops.costs.models import HOURS_PER_MONTH, InstanceType, Payment, Price, PriceOption
+from greenops.teams.models import Team
+from greenops.telemetry.models import Host, PurchaseOption
+
+IDLE_HOURS = 48  # "idle for days": every one of the last 48 reported hours under the threshold
+
+
+def carbon_factors(host: Host, pue: float | None, intensity: float | None
+                   ) -> tuple[float, float | None, str]:
+    """PUE and grid intensity for a host: the caller's figures, else the carbon app's, else
+    PUE 1.0 and no intensity (CO2e then shows as unknown rather than as zero)."""
+    if pue is not None or intensity is not None:
+        return pue or 1.0, intensity, "given"
+    try:
+        from greenops.carbon.accounting import site_factors
+    except ImportError:
+        return 1.0, None, "no carbon factors available: CO2e not estimated"
+    f = site_factors(host)
+    return f.pue, f.intensity_g_per_kwh, f"PUE {f.pue_source}; intensity {f.intensity_source}"
+
+
+def _price_note(prices: list[Price], now: dt.datetime | None) -> tuple[list[dict], str]:
+    info = [{"label": p.label, "usd_per_hour": float(p.usd_per_hour), "source": p.source,
+             "as_of": p.as_of.isoformat(), "stale": is_stale(p, now)} for p in prices]
+    stale = [i for i in info if i["stale"]]
+    note = ""
+    if stale:
+        oldest = min(i["as_of"] for i in stale)[:10]
+        note = (f" Prices used are stale (oldest as of {oldest}): refresh prices before "
+                "acting on this figure.")
+    return info, note
+
+
+def _finish(r: rec.Recommendation, prices: list[Price], now: dt.datetime | None) -> dict:
+    info, note = _price_note(prices, now)
+    r.reasoning += note
+    out = asdict(r)
+    out["prices"] = info
+    out["prices_stale"] = any(i["stale"] for i in info)
+    return out
+
+
+def _hourly_counts(tu: TeamUsage, hosts: list[Host]) -> list[int]:
+    ids = {h.id for h in hosts}
+    running: dict[dt.datetime, set[int]] = defaultdict(set)
+    for u in tu.usage.values():
+        if u.host_id in ids:
+            for b in u.hours:
+                running[b].add(u.host_id)
+    return [len(running.get(tu.start + dt.timedelta(hours=i), ())) for i in
+            range(tu.window_hours)]
+
+
+def _commit_prices(region: str, itype: str) -> list[Price]:
+    """Reserved and savings-plan rates; a product-page rate of unstated payment option is
+    dropped once the catalog has exact rates for that term (a refresh supersedes it)."""
+    rows = list(Price.objects.filter(
+        provider="aws", region=region, instance_type=itype,
+        option__in=[PriceOption.RESERVED, PriceOption.SAVINGS_PLAN]))
+    exact = {(p.option, p.term_years) for p in rows if p.payment != Payment.UNSPECIFIED}
+    return [p for p in rows
+            if p.payment != Payment.UNSPECIFIED or (p.option, p.term_years) not in exact]
+
+
+def _commitments(tu: TeamUsage, od_rows: list[HostCost], now) -> list[dict]:
+    groups: dict[tuple[str, str], list[HostCost]] = defaultdict(list)
+    for r in od_rows:
+        groups[(r.host.region, r.host.instance_type)].append(r)
+    out = []
+    for (region, itype), rows in sorted(groups.items()):
+        od = rows[0].price.price
+        commits = _commit_prices(region, itype)
+        options = [rec.CommitOption(p.label, float(p.usd_per_hour), p.term_years or 1)
+                   for p in commits]
+        counts = _hourly_counts(tu, [r.host for r in rows])
+        if not any(counts):
+            continue
+        r = rec.commitment(f"{itype} in {region}", counts, float(od.usd_per_hour), options)
+        out.append(_finish(r, [od, *commits], now))
+    return out
+
+
+def _workload_hosts(tu: TeamUsage, workload) -> list[HostCost]:
+    ids = set(workload.gpu_queryset().values_list("host_id", flat=True))
+    return [r for r in tu.rows if r.host.id in ids]
+
+
+def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
+    out = []
+    to_month = HOURS_PER_MONTH / tu.window_hours
+    for w in tu.team.workloads.all():
+        traits = rec.WorkloadTraits(w.name, w.kind, w.interruptible, w.checkpoint_interval_min,
+                                    w.latency_critical)
+        rows = [r for r in _workload_hosts(tu, w)
+                if r.price is not None and r.host.purchase_option == PurchaseOption.ON_DEMAND]
+        groups: dict[tuple[str, str], list[HostCost]] = defaultdict(list)
+        for r in rows:
+            groups[(r.host.region, r.host.instance_type)].append(r)
+        for (region, itype), hosts in sorted(groups.items()):
+            od = hosts[0].price.price
+            spot = find_price(hosts[0].host.provider or "aws", region, itype, PriceOption.SPOT)
+            p, i, _ = carbon_factors(hosts[0].host, pue, intensity)
+            hours = sum(h.running_hours for h in hosts) * to_month
+            kwh = sum(h.energy_kwh for h in hosts) * to_month * p
+            r = rec.spot_fit(traits, float(od.usd_per_hour),
+                             float(spot.usd_per_hour) if spot else None,
+                             spot.interruption_band if spot else "", hours, kwh, i)
+            if r is not None:
+                if len(groups) > 1:
+                    r.subject = f"{w.name} on {itype} in {region}"
+                out.append(_finish(r, [od, *([spot] if spot else [])], now))
+    return out
+
+
+def _idle_streak(gpus: list[GpuUsage], end: dt.datetime, hours: int, threshold: float
+                 ) -> tuple[list[GpuUsage], float]:
+    """GPUs that reported in each of the last `hours` hours, all under the threshold, and their
+    combined average draw in kW."""
+    buckets = [end - dt.timedelta(hours=h + 1) for h in range(hours)]
+    idle = [g for g in gpus if all(b in g.hours and g.hours[b][0] is not None
+                                   and g.hours[b][0] < threshold for b in buckets)]
+    kw = sum(g.hours[b][1] for g in idle for b in buckets) / J_PER_KWH / hours
+    return idle, kw
+
+
+def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
+    out = []
+    by_host: dict[int, list[GpuUsage]] = defaultdict(list)
+    for u in tu.usage.values():
+        by_host[u.host_id].append(u)
+    to_month = HOURS_PER_MONTH / tu.window_hours
+    for r in tu.rows:
+        if r.price is None:
+            continue
+        p, i, _ = carbon_factors(r.host, pue, intensity)
+        gpus = by_host.get(r.host.id, [])
+        used_prices = [r.price.price] if r.price.price else []
+        if tu.window_hours >= IDLE_HOURS:
+            idle, kw = _idle_streak(gpus, tu.end, IDLE_HOURS, threshold)
+            found = rec.idle_gpus(r.host.name, r.price.option, r.price.usd_per_hour,
+                                  r.gpu_count, len(idle), IDLE_HOURS, kw, p, i)
+            if found is not None:
+                out.append(_finish(found, used_prices, now))
+                if found.kind == "stop_idle":
+                    continue
+        if r.host.purchase_option != PurchaseOption.ON_DEMAND or not gpus:
+            continue
+        current_type = InstanceType.objects.filter(provider=r.host.provider or "aws",
+                                                   name=r.host.instance_type).first()
+        if current_type is None:
+            continue
+        used = [g for g in gpus if any(u is not None and u >= threshold
+                                       for u, _, _ in g.hours.values())]
+        mems = [m for g in gpus for _, _, m in g.hours.values() if m is not None]
+        unused = [g for g in gpus if g not in used]
+        unused_kw = sum(g.energy_kwh / len(g.hours) for g in unused if g.hours)
+        offers = _offers(r.host.region)
+        current = rec.InstanceOffer(current_type.name, current_type.gpu_model,
+                                    current_type.gpu_count, current_type.gpu_memory_gib,
+                                    r.price.usd_per_hour)
+        found = rec.rightsize(r.host.name, current, len(used),
+                              max(mems) / 1024 if mems else None,
+                              [o for o, _ in offers], r.running_hours * to_month, unused_kw, p,
+                              i)
+        if found is not None:
+            target = next(price for o, price in offers if o.name == found.detail["to"])
+            out.append(_finish(found, [*used_prices, target], now))
+    return out
+
+
+def _offers(region: str) -> list[tuple[rec.InstanceOffer, Price]]:
+    types = {t.name: t for t in InstanceType.objects.filter(provider="aws")}
+    out = []
+    for p in Price.objects.filter(provider="aws", region=region, option=PriceOption.ON_DEMAND):
+        t = types.get(p.instance_type)
+        if t is not None:
+            out.append((rec.InstanceOffer(t.name, t.gpu_model, t.gpu_count, t.gpu_memory_gib,
+                                          float(p.usd_per_hour)), p))
+    return out
+
+
+def team_recommendations(team: Team, lookback_days: int, now: dt.datetime | None = None, *,
+                         pue: float | None = None, intensity_g_per_kwh: float | None = None,
+                         idle_threshold_pct: float = IDLE_UTIL_PCT,
+                         usage: TeamUsage | None = None) -> dict:
+    tu = usage or collect(team, lookback_days, now, idle_threshold_pct)
+    od_rows = [r for r in tu.rows if r.price is not None and r.price.price is not None
+               and r.host.purchase_option == PurchaseOption.ON_DEMAND]
+    recs = (_commitments(tu, od_rows, now) + _spot(tu, pue, intensity_g_per_kwh, now)
+            + _host_checks(tu, pue, intensity_g_per_kwh, idle_threshold_pct, now))
+    recs.sort(key=lambda r: (-r["monthly_usd_saved"], r["kind"], r["subject"]))
+    _, _, carbon_source = carbon_factors(tu.hosts[0], pue, intensity_g_per_kwh) if tu.hosts \
+        else (None, None, "")
+    return {
+        "team": team.slug,
+        "lookback_days": lookback_days,
+        "start": tu.start.isoformat(),
+        "end": tu.end.isoformat(),
+        "method": "estimate from measured GPU-hour rollups and catalog prices",
+        "carbon_source": carbon_source,
+        "recommendations": recs,
+        "problems": [{"host": r.host.name, "code": r.problem.code, "message": r.problem.message}
+                     for r in tu.rows if r.problem is not None],
+    }

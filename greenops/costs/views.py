@@ -1,0 +1,42 @@
+"""Pages of the costs app. Thin: access check, the domain functions, render."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from greenops.costs import figures
+from greenops.costs.accounting import LOOKBACKS_DAYS, collect, team_costs
+from greenops.costs.models import PriceRefresh
+from greenops.costs.report import team_recommendations
+from greenops.teams.models import Team
+from greenops.teams.permissions import team_permission
+
+
+def _lookback(request: HttpRequest) -> int:
+    raw = request.GET.get("lookback", "30")
+    if not raw.isdigit() or int(raw) not in LOOKBACKS_DAYS:
+        raise Http404("Unknown lookback")
+    return int(raw)
+
+
+@team_permission("team.view")
+def recommendations(request: HttpRequest, team: Team) -> HttpResponse:
+    days = _lookback(request)
+    usage = collect(team, days)
+    report = team_recommendations(team, days, usage=usage)
+    charts = []
+    for i, rec in enumerate(report["recommendations"]):
+        spec = figures.commitment_curve(rec)
+        if spec is not None:
+            charts.append({"id": f"fig-commit-{i}", "spec": spec})
+    ctx = {
+        "team": team,
+        "lookback": days,
+        "lookbacks": LOOKBACKS_DAYS,
+        "costs": team_costs(usage),
+        "report": report,
+        "charts": charts,
+        "last_refresh": PriceRefresh.objects.first(),
+    }
+    return render(request, "costs/recommendations.html", ctx)

@@ -1,0 +1,149 @@
+"""Cost accounting from GpuHour rollups and the catalog, with hand-computed figures."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from greenops.costs.accounting import collect, team_costs
+from greenops.costs.catalog import host_price, hourly_price
+from greenops.costs.models import HostCostConfig, Price, PriceMethod
+from greenops.telemetry.models import GpuHour
+from greenops.workloads.models import Workload
+from tests.conftest import make_host
+
+NOW = dt.datetime(2026, 11, 30, 6, 30, tzinfo=dt.UTC)
+END = dt.datetime(2026, 11, 30, 6, 0, tzinfo=dt.UTC)  # window end: start of the current hour
+P4D_OD = 32.7726
+
+
+def set_price(instance_type: str, region: str, option: str, usd: str, *, as_of=None,
+              term_years=None, payment="", band="") -> Price:
+    price, _ = Price.objects.update_or_create(
+        provider="aws", region=region, instance_type=instance_type, option=option,
+        term_years=term_years, payment=payment,
+        defaults={"usd_per_hour": Decimal(usd), "method": PriceMethod.PRICE_LIST_API,
+                  "source": "test", "as_of": as_of or NOW - dt.timedelta(days=1),
+                  "interruption_band": band},
+    )
+    return price
+
+
+def add_hours(gpu, n: int, util: float, *, end=END, kwh_per_hour: float = 0.3,
+              mem_mib: float = 20_000.0) -> None:
+    GpuHour.objects.bulk_create([
+        GpuHour(gpu=gpu, bucket=end - dt.timedelta(hours=i + 1), samples=60, util_sum=util * 60,
+                util_n=60, energy_j=kwh_per_hour * 3_600_000, mem_used_max_mib=mem_mib)
+        for i in range(n)
+    ])
+
+
+@pytest.fixture
+def busy_and_idle(team):
+    """p4d host (2 GPUs registered): GPU 0 at 80 % and GPU 1 at 2 % for the last 10 hours."""
+    host, _ = make_host(team)
+    g0, g1 = host.gpus.order_by("index")
+    add_hours(g0, 10, 80.0)
+    add_hours(g1, 10, 2.0, kwh_per_hour=0.06)
+    return host, g0, g1
+
+
+def test_on_demand_cost_and_idle_cost(busy_and_idle):
+    host, g0, _ = busy_and_idle
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "32.7726")
+    out = team_costs(collect(host.team, 7, NOW))
+    [row] = out["hosts"]
+    assert row["running_hours"] == 10 and row["billed_hours"] == 10
+    assert row["cost_usd"] == pytest.approx(327.726)  # 10 h x 32.7726
+    # GPU 1 is idle for 10 h; per-GPU rate 32.7726 / 2 GPUs = 16.3863
+    assert row["idle_gpu_hours"] == 10
+    assert row["idle_cost_usd"] == pytest.approx(163.863)
+    assert row["energy_kwh"] == pytest.approx(3.6)  # 10 x 0.3 + 10 x 0.06
+    assert out["total_cost_usd"] == pytest.approx(327.726)
+    assert row["price_stale"] is False and out["problems"] == []
+
+
+def test_workload_cost_counts_only_its_gpus(busy_and_idle):
+    host, g0, _ = busy_and_idle
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "32.7726")
+    w = Workload.objects.create(team=host.team, name="trainer", kind="training")
+    w.gpus.add(g0)
+    out = team_costs(collect(host.team, 7, NOW))
+    [wl] = out["workloads"]
+    assert wl["gpu_hours"] == 10 and wl["cost_usd"] == pytest.approx(163.863)
+
+
+def test_reserved_host_pays_every_hour_and_old_prices_are_flagged_stale(busy_and_idle):
+    host, _, _ = busy_and_idle
+    host.purchase_option = "reserved"
+    host.save()
+    HostCostConfig.objects.create(host=host, term_years=1, payment="no_upfront")
+    # The catalog has only the P4 page's 1y effective rate (payment unspecified), dated
+    # 2025-05-31: it is used, labelled as such, and flagged stale.
+    [row] = team_costs(collect(host.team, 7, NOW))["hosts"]
+    assert row["billed_hours"] == 168 and row["running_hours"] == 10
+    assert row["cost_usd"] == pytest.approx(168 * 19.22)
+    assert row["price_stale"] is True
+    assert row["price_as_of"].startswith("2025-05-31")
+    assert "P4 instance page" in row["price_source"]
+
+
+def test_on_prem_host_is_amortised_hardware_plus_electricity(busy_and_idle):
+    host, _, _ = busy_and_idle
+    host.purchase_option, host.provider = "on_prem", "on_prem"
+    host.save()
+    HostCostConfig.objects.create(host=host, hardware_usd=Decimal("250000"),
+                                  amortisation_months=36,
+                                  electricity_usd_per_kwh=Decimal("0.20"), pue=1.5)
+    [row] = team_costs(collect(host.team, 7, NOW))["hosts"]
+    # 250000 / (36 x 730 h) = 9.512938 $/h x 168 h = 1598.1735; 3.6 kWh x 1.5 x 0.20 = 1.08
+    assert row["cost_usd"] == pytest.approx(250000 / 26280 * 168 + 1.08)
+
+
+def test_missing_price_gives_no_total_and_says_what_is_missing(busy_and_idle):
+    host, _, _ = busy_and_idle
+    host.instance_type, host.region = "g6.xlarge", "eu-west-1"
+    host.save()
+    out = team_costs(collect(host.team, 7, NOW))
+    assert out["total_cost_usd"] is None  # never a partial sum shown as the total
+    assert out["hosts"][0]["problem_code"] == "missing_price"
+    assert "no on_demand price for g6.xlarge in eu-west-1" in out["problems"][0]
+    assert hourly_price(host) is None
+
+
+def test_unknown_instance_type_is_named(busy_and_idle):
+    host, _, _ = busy_and_idle
+    host.instance_type = "p9.mega"
+    host.save()
+    problem = host_price(host, NOW)
+    assert problem.code == "unknown_instance_type"
+    assert "'p9.mega' is not in the aws price catalog" in problem.message
+
+
+def test_on_prem_without_hardware_cost_is_a_problem_not_zero(team):
+    host, _ = make_host(team)
+    host.purchase_option = "on_prem"
+    host.save()
+    assert host_price(host).code == "missing_on_prem_cost"
+
+
+def test_hourly_price_for_other_apps(team):
+    host, _ = make_host(team)
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "32.7726")
+    found = hourly_price(host, NOW)
+    assert found.usd_per_hour == pytest.approx(P4D_OD)
+    assert found.source == "test" and found.stale is False
+    # the same price seen 100 days later is stale: shown, but flagged
+    assert hourly_price(host, NOW + dt.timedelta(days=100)).stale is True
+
+
+def test_snapshot_is_loaded_with_its_date_and_source(db):
+    p = Price.objects.get(region="us-east-1", instance_type="p5.48xlarge", option="on_demand")
+    assert p.usd_per_hour == Decimal("98.32")
+    assert p.as_of.date() == dt.date(2025, 5, 31)
+    assert p.method == PriceMethod.SNAPSHOT and "On-Demand pricing page" in p.source
+    # nothing the snapshot does not know is filled in
+    assert not Price.objects.filter(instance_type__in=["p5e.48xlarge", "p5en.48xlarge"]).exists()
+    assert not Price.objects.filter(option="spot").exists()

@@ -1,0 +1,198 @@
+"""Recommendations as pure functions, against figures worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import pytest
+
+from greenops.costs import recommend as rec
+
+# p4d.24xlarge, us-east-1, from the bundled snapshot: on-demand and the P4 page's RI rates.
+OD = 32.7726
+RI_1Y = rec.CommitOption("Reserved instance 1y", 19.22, 1)
+RI_3Y = rec.CommitOption("Reserved instance 3y", 11.57, 3)
+WEEK = 168
+
+
+def office_hours_week() -> list[int]:
+    """8 hours a day, 5 days a week: 40 of 168 hours with one instance running."""
+    return [1 if day < 5 and 9 <= hour < 17 else 0 for day in range(7) for hour in range(24)]
+
+
+def test_break_even_is_commit_rate_over_on_demand():
+    assert rec.break_even_utilisation(11.57, OD) == pytest.approx(0.353039, rel=1e-5)
+    assert rec.break_even_utilisation(19.22, OD) == pytest.approx(0.586465, rel=1e-5)
+
+
+def test_flat_24x7_load_commits_to_reserved():
+    r = rec.commitment("p4d.24xlarge in us-east-1", [1] * WEEK, OD, [RI_1Y, RI_3Y])
+    assert r.kind == "commit"
+    assert r.detail["level"] == 1
+    assert "3y" in r.title  # the deeper discount wins when the instance runs every hour
+    # (32.7726 - 11.57) $/h x 730 h = 21.2026 x 730 = 15477.898 $/month; 21.2026/32.7726 = 64.696 %
+    assert r.monthly_usd_saved == pytest.approx(15477.898, rel=1e-6)
+    assert r.pct_saved == pytest.approx(64.696, abs=1e-3)
+    assert r.risk == "high"  # three years of payments whatever happens
+    assert r.kwh_per_month == 0.0
+
+
+def test_office_hours_load_stays_on_demand():
+    counts = office_hours_week()
+    assert sum(counts) == 40
+    r = rec.commitment("p4d.24xlarge in us-east-1", counts, OD, [RI_1Y, RI_3Y])
+    # 40/168 = 23.8 % of hours, under the cheapest break-even of 35.3 %
+    assert r.kind == "no_commitment"
+    assert r.monthly_usd_saved == 0.0
+    assert "24%" in r.reasoning and "35%" in r.reasoning
+
+
+def test_usage_below_break_even_means_no_commitment_and_above_means_commit():
+    half = [1, 0] * (WEEK // 2)  # 50 % of hours
+    below = rec.commitment("x", half, OD, [RI_1Y])  # 1y breaks even at 58.6 %
+    assert below.kind == "no_commitment"
+    above = rec.commitment("x", half, OD, [RI_3Y])  # 3y breaks even at 35.3 %
+    assert above.kind == "commit"
+    # 84 h on-demand = 2752.8984 $; committed 168 x 11.57 = 1943.76 $; saved 809.1384 $ per
+    # 168 h -> x 730/168 = 3515.956 $/month
+    assert above.monthly_usd_saved == pytest.approx(809.1384 * 730 / 168, rel=1e-9)
+
+
+def test_commitment_level_follows_the_hourly_distribution():
+    # Ten hours: 2 instances always, a 3rd in 4 of them (40 %), a 4th in 1 (10 %).
+    counts = [4, 3, 3, 3, 2, 2, 2, 2, 2, 2]
+    assert rec.commitment_level(counts, 0.586465) == 2
+    assert rec.commitment_level(counts, 0.353039) == 3
+    r = rec.commitment("x", counts, OD, [RI_1Y, RI_3Y])
+    # now: 25 instance-hours x 32.7726 = 819.315; 3y at level 3: 30 x 11.57 + 1 x 32.7726
+    # = 379.8726 -> saves 439.4424 per 10 h; 1y at level 2 saves only 271.052.
+    assert r.detail["level"] == 3
+    assert r.monthly_usd_saved == pytest.approx(439.4424 * 73, rel=1e-9)
+    assert {a["option"]: a["level"] for a in r.detail["alternatives"]} == {
+        "Reserved instance 1y": 2, "Reserved instance 3y": 3}
+
+
+def test_no_commitment_prices_says_so():
+    r = rec.commitment("x", [1] * WEEK, OD, [])
+    assert r.kind == "no_commitment"
+    assert "No commitment prices" in r.reasoning
+
+
+TRAINER = rec.WorkloadTraits("trainer", "training", True, 30, False)
+
+
+def test_checkpointed_training_goes_to_spot_net_of_interruptions():
+    r = rec.spot_fit(TRAINER, 1.006, 0.40, "5-10%", 730.0, 100.0, 400.0)
+    assert r.kind == "spot"
+    # 0.10 interruptions/month / 730 h x (15 min lost + 10 min restart)/60 = 5.70776e-5
+    assert r.detail["overhead_share"] == pytest.approx(0.10 / 730 * 25 / 60, rel=1e-12)
+    # (1.006 - 0.40 x 1.0000570776) x 730 = 0.60597717 x 730 = 442.3633 $/month
+    assert r.monthly_usd_saved == pytest.approx(442.3633, rel=1e-6)
+    assert r.pct_saved == pytest.approx(60.2363, abs=1e-3)
+    # the redone work costs energy: 5.70776e-5 x 100 kWh, at 400 g/kWh
+    assert r.kwh_per_month == pytest.approx(0.00570776, rel=1e-5)
+    assert r.co2e_kg_per_month == pytest.approx(0.00570776 * 0.4, rel=1e-5)
+    assert r.risk == "low"
+
+
+def test_unknown_interruption_band_assumes_the_worst_and_says_so():
+    r = rec.spot_fit(TRAINER, 1.006, 0.40, "", 730.0, 100.0, None)
+    assert r.detail["band"] == ">20%" and r.detail["band_assumed"]
+    assert r.detail["overhead_share"] == pytest.approx(0.30 / 730 * 25 / 60)
+    assert "assumed" in r.reasoning
+    assert r.co2e_kg_per_month is None  # no intensity: unknown, not zero
+    assert r.risk == "high"
+
+
+def test_latency_critical_serving_stays_on_demand():
+    serving = rec.WorkloadTraits("chat-api", "inference", False, None, True)
+    r = rec.spot_fit(serving, 1.006, 0.40, "<5%", 730.0, 100.0, 400.0)
+    assert r.kind == "stay_on_demand"
+    assert r.monthly_usd_saved == 0.0
+    assert "latency-critical" in r.reasoning
+
+
+def test_training_without_checkpoints_is_not_moved_to_spot():
+    r = rec.spot_fit(rec.WorkloadTraits("t", "training", True, None, False), 1.006, 0.4,
+                     "<5%", 730.0, 1.0, None)
+    assert r.kind == "stay_on_demand" and "checkpoint" in r.reasoning
+
+
+def test_not_interruptible_gets_no_spot_advice():
+    assert rec.spot_fit(rec.WorkloadTraits("t", "training", False, 30, False), 1.0, 0.4,
+                        "<5%", 730.0, 1.0, None) is None
+
+
+def test_missing_spot_price_claims_no_saving():
+    r = rec.spot_fit(TRAINER, 1.006, None, "", 730.0, 100.0, None)
+    assert r.monthly_usd_saved == 0.0 and r.detail == {"missing": "spot_price"}
+
+
+def test_idle_on_demand_host_is_stopped():
+    # one T4... here a g5.xlarge idle for 48 h drawing 25 W; PUE 1.2, 400 g/kWh
+    r = rec.idle_gpus("gpu-1", "on_demand", 1.006, 1, 1, 48, 0.025, 1.2, 400.0)
+    assert r.kind == "stop_idle"
+    assert r.monthly_usd_saved == pytest.approx(734.38)  # 1.006 x 730
+    assert r.kwh_per_month == pytest.approx(-21.9)  # 0.025 kW x 730 h x 1.2
+    assert r.co2e_kg_per_month == pytest.approx(-8.76)
+
+
+def test_idle_reserved_host_saves_energy_not_dollars():
+    r = rec.idle_gpus("gpu-1", "reserved", 19.22, 8, 8, 48, 0.4, 1.1, None)
+    assert r.kind == "stop_idle" and r.monthly_usd_saved == 0.0
+    assert r.kwh_per_month == pytest.approx(-0.4 * 730 * 1.1)
+    assert "commitment" in r.reasoning
+
+
+def test_partly_idle_host_is_consolidated():
+    r = rec.idle_gpus("gpu-1", "on_demand", OD, 8, 6, 48, 0.3, 1.0, None)
+    assert r.kind == "consolidate"
+    # 32.7726 / 8 = 4.096575 $/GPU-h x 6 GPUs x 730 h
+    assert r.monthly_usd_saved == pytest.approx(17942.9985, rel=1e-9)
+    assert r.pct_saved == pytest.approx(75.0)
+
+
+def test_busy_host_has_no_idle_advice():
+    assert rec.idle_gpus("gpu-1", "on_demand", OD, 8, 0, 48, 0.0, 1.0, None) is None
+
+
+G5 = {name: rec.InstanceOffer(name, "NVIDIA A10G", n, 24, usd) for name, n, usd in
+      [("g5.xlarge", 1, 1.006), ("g5.2xlarge", 1, 1.212), ("g5.12xlarge", 4, 5.672)]}
+T4 = rec.InstanceOffer("g4dn.xlarge", "NVIDIA T4", 1, 16, 0.526)
+
+
+def test_rightsize_to_fewer_gpus_of_the_same_family():
+    r = rec.rightsize("gpu-1", G5["g5.12xlarge"], 1, 10.0, [*G5.values(), T4], 730.0, 0.075,
+                      1.0, None)
+    assert r.detail["to"] == "g5.xlarge"  # not the cheaper T4: different, slower GPU
+    assert r.monthly_usd_saved == pytest.approx((5.672 - 1.006) * 730)
+    assert r.pct_saved == pytest.approx(4.666 / 5.672 * 100)
+    assert r.kwh_per_month == pytest.approx(-0.075 * 730)
+
+
+def test_rightsize_respects_memory_and_gpu_count():
+    # 22 GiB peak + 20 % headroom = 26.4 GiB: no A10G (24 GiB) holds it
+    assert rec.rightsize("h", G5["g5.12xlarge"], 1, 22.0, list(G5.values()), 730, 0, 1, None) \
+        is None
+    # all 4 GPUs used: nothing smaller has 4
+    assert rec.rightsize("h", G5["g5.12xlarge"], 4, 10.0, list(G5.values()), 730, 0, 1, None) \
+        is None
+    # memory not measured: no advice rather than a guess
+    assert rec.rightsize("h", G5["g5.12xlarge"], 1, None, list(G5.values()), 730, 0, 1, None) \
+        is None
+    a100_80 = rec.InstanceOffer("p4de.24xlarge", "NVIDIA A100 80GB", 8, 80, 40.9657)
+    a100_40 = rec.InstanceOffer("p4d.24xlarge", "NVIDIA A100 40GB", 8, 40, 32.7726)
+    r = rec.rightsize("h", a100_80, 8, 30.0, [a100_40], 730, 0, 1, None)
+    assert r.detail["to"] == "p4d.24xlarge" and r.kwh_per_month == 0.0
+
+
+def test_commitment_curve_figure_plots_share_and_break_even_lines():
+    from greenops.costs.figures import commitment_curve
+
+    counts = [4, 3, 3, 3, 2, 2, 2, 2, 2, 2]
+    r = rec.commitment("x", counts, OD, [RI_1Y, RI_3Y])
+    assert r.detail["share_at_least"] == [1.0, 1.0, 0.4, 0.1]
+    from dataclasses import asdict
+
+    fig = commitment_curve(asdict(r))
+    bars, *lines = fig["data"]
+    assert bars["y"] == [100.0, 100.0, 40.0, 10.0]
+    assert [ln["y"][0] for ln in lines] == [58.65, 35.3]  # 19.22/32.7726, 11.57/32.7726

@@ -1,0 +1,255 @@
+"""Price refresh through boto3, fed by botocore's Stubber with responses shaped like AWS's."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from greenops.costs import aws_refresh, catalog
+from greenops.costs.models import Price, PriceMethod, PriceRefresh
+
+NOW = dt.datetime(2026, 11, 30, 6, 0, tzinfo=dt.UTC)
+SKU = "9QH9ZJ7TZ4S3NPXU"
+
+
+def _dim(sku: str, term: str, rate: str, unit: str, usd: str, description: str) -> dict:
+    return {
+        "unit": unit, "endRange": "Inf", "description": description, "appliesTo": [],
+        "rateCode": f"{sku}.{term}.{rate}", "beginRange": "0", "pricePerUnit": {"USD": usd},
+    }
+
+
+def price_list_item(itype: str = "g5.xlarge", region: str = "us-east-1") -> str:
+    """One PriceList entry as get_products returns it: a JSON *string* (format aws_v1)."""
+    reserved = {}
+    for code, length, option, dims in [
+        ("4NA7Y494T4", "1yr", "No Upfront",
+         [("6YS6EN2CT7", "Hrs", "0.6340000000", "Linux/UNIX (Amazon VPC), g5.xlarge reserved")]),
+        ("6QCMYABX3D", "1yr", "All Upfront",
+         [("2TG2D8R56U", "Quantity", "5234", "Upfront Fee"),
+          ("6YS6EN2CT7", "Hrs", "0.0000000000", "USD 0.0 per Linux/UNIX (Amazon VPC)")]),
+        ("BPH4J8HBKS", "3yr", "No Upfront",
+         [("6YS6EN2CT7", "Hrs", "0.4360000000", "Linux/UNIX (Amazon VPC), g5.xlarge reserved")]),
+        ("7NE97W5U4E", "1yr", "No Upfront",  # convertible: skipped
+         [("6YS6EN2CT7", "Hrs", "0.7300000000", "convertible")]),
+    ]:
+        reserved[f"{SKU}.{code}"] = {
+            "priceDimensions": {f"{SKU}.{code}.{r}": _dim(SKU, code, r, u, usd, d)
+                                for r, u, usd, d in dims},
+            "sku": SKU, "effectiveDate": "2025-05-01T00:00:00Z", "offerTermCode": code,
+            "termAttributes": {
+                "LeaseContractLength": length,
+                "OfferingClass": "convertible" if code == "7NE97W5U4E" else "standard",
+                "PurchaseOption": option,
+            },
+        }
+    return json.dumps({
+        "product": {
+            "productFamily": "Compute Instance",
+            "attributes": {
+                "enhancedNetworkingSupported": "Yes", "intelTurboAvailable": "No",
+                "memory": "16 GiB", "dedicatedEbsThroughput": "Up to 3500 Mbps", "vcpu": "4",
+                "gpu": "1", "gpuMemory": "24 GiB", "capacitystatus": "Used",
+                "locationType": "AWS Region", "storage": "1 x 250 NVMe SSD",
+                "instanceFamily": "GPU instance", "operatingSystem": "Linux",
+                "regionCode": region, "physicalProcessor": "AMD EPYC 7R32",
+                "servicecode": "AmazonEC2", "usagetype": f"BoxUsage:{itype}",
+                "tenancy": "Shared", "normalizationSizeFactor": "8", "instanceType": itype,
+                "location": "US East (N. Virginia)", "operation": "RunInstances",
+                "preInstalledSw": "NA", "licenseModel": "No License required",
+            },
+            "sku": SKU,
+        },
+        "serviceCode": "AmazonEC2",
+        "terms": {
+            "OnDemand": {f"{SKU}.JRTCKXETXF": {
+                "priceDimensions": {f"{SKU}.JRTCKXETXF.6YS6EN2CT7": _dim(
+                    SKU, "JRTCKXETXF", "6YS6EN2CT7", "Hrs", "1.0060000000",
+                    f"$1.006 per On Demand Linux {itype} Instance Hour")},
+                "sku": SKU, "effectiveDate": "2025-11-01T00:00:00Z",
+                "offerTermCode": "JRTCKXETXF", "termAttributes": {},
+            }},
+            "Reserved": reserved,
+        },
+        "version": "20251120182243",
+        "publicationDate": "2025-11-20T18:22:43Z",
+    })
+
+
+def spot_rows() -> list[dict]:
+    t0 = dt.datetime(2026, 11, 29, 0, 0, tzinfo=dt.UTC)
+    rows = []
+    # us-east-1a: 0.40, 0.42, 0.44 (median 0.42, latest 0.44); us-east-1b: 0.30, 0.50, 0.38
+    # (median 0.38, latest 0.38) -> 1b is where one would launch
+    for zone, prices in [("us-east-1a", ["0.400000", "0.420000", "0.440000"]),
+                         ("us-east-1b", ["0.300000", "0.500000", "0.380000"])]:
+        for i, p in enumerate(prices):
+            rows.append({"AvailabilityZone": zone, "InstanceType": "g5.xlarge",
+                         "ProductDescription": "Linux/UNIX", "SpotPrice": p,
+                         "Timestamp": t0 + dt.timedelta(hours=i)})
+    return rows
+
+
+def clients():
+    pricing = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="x",
+                           aws_secret_access_key="x")
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x",
+                       aws_secret_access_key="x")
+    return pricing, ec2
+
+
+def test_parse_price_list_item_reads_on_demand_and_standard_reserved_terms():
+    offers = {(o.option, o.term_years, o.payment): o
+              for o in aws_refresh.parse_price_list_item(price_list_item())}
+    assert set(offers) == {("on_demand", None, ""), ("reserved", 1, "no_upfront"),
+                           ("reserved", 1, "all_upfront"), ("reserved", 3, "no_upfront")}
+    assert offers[("on_demand", None, "")].usd_per_hour == Decimal("1.006")
+    assert offers[("reserved", 1, "no_upfront")].usd_per_hour == Decimal("0.634")
+    # All upfront: 5234 $ spread over 8760 h = 0.597489 $/h, plus 0 $/h
+    assert offers[("reserved", 1, "all_upfront")].usd_per_hour == Decimal("0.597489")
+    assert offers[("on_demand", None, "")].region == "us-east-1"
+
+
+def test_summarise_spot_keeps_each_zone_and_plans_with_the_cheapest_median():
+    [s] = aws_refresh.summarise_spot("us-east-1", spot_rows())
+    assert s.zone == "us-east-1b"
+    assert s.median_usd_per_hour == Decimal("0.38")
+    assert s.latest_usd_per_hour == Decimal("0.38")
+    assert s.per_zone["us-east-1a"]["median"] == "0.420000"
+    assert s.per_zone["us-east-1a"]["latest"] == "0.440000"
+
+
+@pytest.mark.django_db
+def test_refresh_stores_prices_with_method_source_and_time():
+    pricing, ec2 = clients()
+    with Stubber(pricing) as ps, Stubber(ec2) as es:
+        ps.add_response("get_products", {"FormatVersion": "aws_v1",
+                                         "PriceList": [price_list_item()], "NextToken": "tok"},
+                        {"ServiceCode": "AmazonEC2", "Filters": ANY, "FormatVersion": "aws_v1",
+                         "MaxResults": 100})
+        ps.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []},
+                        {"ServiceCode": "AmazonEC2", "Filters": ANY, "FormatVersion": "aws_v1",
+                         "MaxResults": 100, "NextToken": "tok"})
+        es.add_response("describe_spot_price_history",
+                        {"SpotPriceHistory": spot_rows(), "NextToken": ""},
+                        {"InstanceTypes": ["g5.xlarge"], "ProductDescriptions": ["Linux/UNIX"],
+                         "StartTime": NOW - dt.timedelta(days=7)})
+        log = aws_refresh.refresh(pricing, {"us-east-1": ec2}, instance_types=["g5.xlarge"],
+                                  now=NOW)
+        ps.assert_no_pending_responses()
+        es.assert_no_pending_responses()
+    assert log.status == PriceRefresh.Status.DONE, log.message
+    assert log.prices_updated == 5
+    od = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="on_demand")
+    assert od.method == PriceMethod.PRICE_LIST_API and od.as_of == NOW
+    assert od.usd_per_hour == Decimal("1.006")
+    spot = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="spot")
+    assert spot.usd_per_hour == Decimal("0.38") and spot.latest_usd_per_hour == Decimal("0.38")
+    assert "us-east-1b" in spot.source and spot.method == PriceMethod.SPOT_HISTORY
+    # the snapshot's savings-plan rows are not touched by a refresh that has none
+    sp = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="savings_plan",
+                           term_years=1)
+    assert sp.method == PriceMethod.SNAPSHOT
+
+
+@pytest.mark.django_db
+def test_failed_refresh_keeps_the_last_good_prices():
+    before = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="on_demand")
+    pricing, ec2 = clients()
+    with Stubber(pricing) as ps, Stubber(ec2) as es:
+        ps.add_response("get_products", {"FormatVersion": "aws_v1",
+                                         "PriceList": [price_list_item()]})
+        es.add_client_error("describe_spot_price_history",
+                            service_error_code="RequestLimitExceeded",
+                            service_message="Request limit exceeded.", http_status_code=503)
+        log = aws_refresh.refresh(pricing, {"us-east-1": ec2}, instance_types=["g5.xlarge"],
+                                  now=NOW)
+    assert log.status == PriceRefresh.Status.FAILED
+    assert "RequestLimitExceeded" in log.message and "previous prices are kept" in log.message
+    after = Price.objects.get(pk=before.pk)
+    assert (after.usd_per_hour, after.as_of, after.method) == (
+        before.usd_per_hour, before.as_of, PriceMethod.SNAPSHOT)
+    assert not Price.objects.filter(option="spot").exists()
+
+
+@pytest.mark.django_db
+def test_snapshot_never_overwrites_a_newer_refreshed_price():
+    p = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="on_demand")
+    p.usd_per_hour, p.as_of, p.method = Decimal("0.999"), NOW, PriceMethod.PRICE_LIST_API
+    p.save()
+    catalog.load_snapshot()
+    assert Price.objects.get(pk=p.pk).usd_per_hour == Decimal("0.999")
+
+
+@pytest.mark.django_db
+def test_task_without_credentials_skips_and_keeps_snapshot(monkeypatch, tmp_path):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    from greenops.costs.tasks import refresh_prices
+
+    out = refresh_prices()
+    assert out["status"] == "skipped" and "No AWS credentials" in out["message"]
+    assert Price.objects.filter(method=PriceMethod.SNAPSHOT).count() > 60
+
+
+def test_beat_schedules_the_refresh(settings):
+    tasks = {e["task"] for e in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert "greenops.costs.tasks.refresh_prices" in tasks
+
+
+def savings_plan_result(itype: str, payment: str, seconds: int, rate: str,
+                        plan: str = "EC2Instance", usage: str = "BoxUsage") -> dict:
+    return {
+        "savingsPlanOffering": {
+            "offeringId": "3f1c6a0e-0000-4000-8000-000000000001", "paymentOption": payment,
+            "planType": plan, "durationSeconds": seconds, "currency": "USD",
+            "planDescription": f"{seconds // 31536000} year {payment} {plan} G5 us-east-1 Plan",
+        },
+        "rate": rate, "unit": "Hrs", "productType": "EC2", "serviceCode": "AmazonEC2",
+        "usageType": f"{usage}:{itype}", "operation": "RunInstances",
+        "properties": [
+            {"name": "region", "value": "us-east-1"},
+            {"name": "instanceType", "value": itype},
+            {"name": "instanceFamily", "value": itype.split(".")[0]},
+            {"name": "productDescription", "value": "Linux/UNIX"},
+            {"name": "tenancy", "value": "shared"},
+        ],
+    }
+
+
+@pytest.mark.django_db
+def test_refresh_reads_ec2_instance_savings_plan_rates():
+    pricing, ec2 = clients()
+    sp_client = boto3.client("savingsplans", region_name="us-east-1", aws_access_key_id="x",
+                             aws_secret_access_key="x")
+    results = [
+        savings_plan_result("g5.xlarge", "No Upfront", 31536000, "0.6100"),
+        savings_plan_result("g5.xlarge", "All Upfront", 94608000, "0.3900"),
+        savings_plan_result("g5.xlarge", "No Upfront", 31536000, "0.7000", plan="Compute"),
+        savings_plan_result("g5.xlarge", "No Upfront", 31536000, "0.5000",
+                            usage="DedicatedUsage"),
+    ]
+    with Stubber(pricing) as ps, Stubber(ec2) as es, Stubber(sp_client) as ss:
+        ps.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []})
+        ss.add_response("describe_savings_plans_offering_rates", {"searchResults": results})
+        es.add_response("describe_spot_price_history", {"SpotPriceHistory": []})
+        log = aws_refresh.refresh(pricing, {"us-east-1": ec2}, sp_client,
+                                  instance_types=["g5.xlarge"], now=NOW)
+        ss.assert_no_pending_responses()
+    assert log.status == PriceRefresh.Status.DONE, log.message
+    assert log.prices_updated == 2  # Compute plans and dedicated usage are left out
+    one = Price.objects.get(instance_type="g5.xlarge", region="us-east-1", option="savings_plan",
+                            term_years=1, payment="no_upfront")
+    # the refreshed rate replaces the snapshot's 0.604 and says where it came from
+    assert one.usd_per_hour == Decimal("0.61") and one.method == PriceMethod.SAVINGS_PLANS_API
+    three = Price.objects.get(instance_type="g5.xlarge", region="us-east-1",
+                              option="savings_plan", term_years=3, payment="all_upfront")
+    assert three.usd_per_hour == Decimal("0.39")

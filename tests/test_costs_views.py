@@ -1,0 +1,184 @@
+"""The recommendations page and API: access, validation, and end-to-end recommendations."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from greenops.workloads.models import Workload
+from tests.conftest import make_host
+from tests.test_costs_accounting import add_hours, set_price
+
+
+def hour_end() -> dt.datetime:
+    return timezone.now().replace(minute=0, second=0, microsecond=0)
+
+
+def fresh_p4d_prices() -> None:
+    now = timezone.now()
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "32.7726", as_of=now)
+    set_price("p4d.24xlarge", "us-east-1", "reserved", "19.22", as_of=now, term_years=1,
+              payment="no_upfront")
+    set_price("p4d.24xlarge", "us-east-1", "reserved", "11.57", as_of=now, term_years=3,
+              payment="no_upfront")
+
+
+@pytest.mark.parametrize("who,status", [("owner", 200), ("member", 200), ("outsider", 404)])
+def test_page_access(client, users, team, other_team, who, status):
+    client.force_login(users[who])
+    assert client.get(f"/teams/{team.slug}/costs/").status_code == status
+
+
+def test_page_requires_login(client, team):
+    r = client.get(f"/teams/{team.slug}/costs/")
+    assert r.status_code == 302 and "/login/" in r["Location"]
+
+
+def test_page_rejects_unknown_lookback(client, users, team):
+    client.force_login(users["owner"])
+    assert client.get(f"/teams/{team.slug}/costs/?lookback=14").status_code == 404
+
+
+@pytest.mark.parametrize("who,status", [("owner", 200), ("member", 200), ("outsider", 404)])
+def test_api_access(client, users, team, other_team, who, status):
+    client.force_login(users[who])
+    r = client.get(f"/api/v1/teams/{team.slug}/recommendations?lookback=30")
+    assert r.status_code == status
+    if status == 404:
+        assert r.json()["error"] == "not_found"
+
+
+def test_api_requires_login(client, team):
+    assert client.get(f"/api/v1/teams/{team.slug}/recommendations").status_code == 401
+
+
+@pytest.mark.parametrize("value", ["14", "abc", "-7", "30.5"])
+def test_api_bad_lookback_is_a_422_naming_the_field(client, users, team, value):
+    client.force_login(users["owner"])
+    for path in ("recommendations", "costs"):
+        r = client.get(f"/api/v1/teams/{team.slug}/{path}?lookback={value}")
+        assert r.status_code == 422
+        body = r.json()
+        assert body["error"] == "validation_error" and body["field"] == "lookback"
+        assert "7, 30, 60" in body["message"]
+
+
+def test_flat_load_recommends_reserved_end_to_end(client, users, team):
+    host, _ = make_host(team)
+    for gpu in host.gpus.all():
+        add_hours(gpu, 7 * 24, 90.0, end=hour_end())
+    fresh_p4d_prices()
+    client.force_login(users["member"])
+    body = client.get(f"/api/v1/teams/{team.slug}/recommendations?lookback=7").json()
+    commits = [r for r in body["recommendations"] if r["kind"] == "commit"]
+    assert len(commits) == 1
+    c = commits[0]
+    assert c["subject"] == "p4d.24xlarge in us-east-1" and c["detail"]["level"] == 1
+    assert c["monthly_usd_saved"] == pytest.approx((32.7726 - 11.57) * 730)
+    assert c["prices_stale"] is False
+    assert {p["label"] for p in c["prices"]} >= {"On-demand", "Reserved instance 3y no upfront"}
+    assert not any(r["kind"] in ("stop_idle", "consolidate") for r in body["recommendations"])
+    html = client.get(f"/teams/{team.slug}/costs/?lookback=7").content.decode()
+    assert 'data-kind="commit"' in html and 'data-figure="fig-commit-0"' in html
+    assert "Commit to 1 x p4d.24xlarge in us-east-1 (Reserved instance 3y no upfront)" in html
+
+
+def test_office_hours_load_gets_no_commitment_but_spot_for_checkpointed_training(
+        client, users, team):
+    host, _ = make_host(team)
+    end = hour_end()
+    for gpu in host.gpus.all():
+        for day in range(7):  # 8 hours a day, 5 days of the last week
+            if day < 5:
+                add_hours(gpu, 8, 90.0, end=end - dt.timedelta(days=day))
+    fresh_p4d_prices()
+    set_price("p4d.24xlarge", "us-east-1", "spot", "12.00", as_of=timezone.now(), band="5-10%")
+    w = Workload.objects.create(team=team, name="trainer", kind="training", interruptible=True,
+                                checkpoint_interval_min=30)
+    w.hosts.add(host)
+    client.force_login(users["owner"])
+    recs = client.get(f"/api/v1/teams/{team.slug}/recommendations?lookback=7").json()[
+        "recommendations"]
+    kinds = {r["kind"]: r for r in recs}
+    assert "commit" not in kinds and kinds["no_commitment"]["monthly_usd_saved"] == 0.0
+    spot = kinds["spot"]
+    # 40 host-hours in 168 -> 40 x 730/168 = 173.81 h/month; overhead 0.10/730 x 25/60
+    overhead = 0.10 / 730 * 25 / 60
+    hours = 40 * 730 / 168
+    assert spot["monthly_usd_saved"] == pytest.approx((32.7726 - 12.0 * (1 + overhead)) * hours)
+
+
+def test_gpu_idle_for_days_is_stopped(client, users, team):
+    host, _ = make_host(team)
+    for gpu in host.gpus.all():
+        add_hours(gpu, 72, 1.0, end=hour_end(), kwh_per_hour=0.05)
+    fresh_p4d_prices()
+    client.force_login(users["owner"])
+    recs = client.get(f"/api/v1/teams/{team.slug}/recommendations?lookback=7").json()[
+        "recommendations"]
+    stop = next(r for r in recs if r["kind"] == "stop_idle")
+    assert stop["subject"] == host.name
+    assert stop["monthly_usd_saved"] == pytest.approx(32.7726 * 730)
+    # 2 GPUs x 0.05 kW x 730 h, PUE and intensity from the carbon app
+    assert stop["kwh_per_month"] < 0
+
+
+def test_page_shows_stale_prices_and_price_problems(client, users, team):
+    host, _ = make_host(team)  # p4d on-demand: only the 2025 snapshot price exists
+    other, _ = make_host(team, name="mystery")
+    other.instance_type = "p9.mega"
+    other.save()
+    for gpu in host.gpus.all():
+        add_hours(gpu, 24, 90.0, end=hour_end())
+    client.force_login(users["owner"])
+    html = client.get(f"/teams/{team.slug}/costs/?lookback=7").content.decode()
+    assert "stale" in html and "as of 2025-05-31" in html
+    assert "&#x27;p9.mega&#x27; is not in the aws price catalog" in html
+    assert "no total" in html  # a host without a price means no total is shown
+    body = client.get(f"/api/v1/teams/{team.slug}/costs?lookback=7").json()
+    assert body["total_cost_usd"] is None
+    assert body["priced_cost_usd"] == pytest.approx(24 * 32.7726)
+
+
+def test_prices_api_shows_age_and_source(client, users, team):
+    client.force_login(users["owner"])
+    rows = client.get("/api/v1/prices?region=us-east-1&instance_type=p5.48xlarge").json()[
+        "prices"]
+    od = next(r for r in rows if r["option"] == "on_demand")
+    assert od["usd_per_hour"] == 98.32 and od["stale"] is True and od["age_days"] > 90
+    assert od["as_of"].startswith("2025-05-31") and od["method"] == "snapshot"
+
+
+def test_costs_list_training_jobs_with_their_accounted_cost(client, users, team):
+    from greenops.workloads.models import TrainingJob
+
+    w = Workload.objects.create(team=team, name="trainer", kind="training")
+    TrainingJob.objects.create(team=team, workload=w, name="run-7",
+                               started_at=timezone.now() - dt.timedelta(days=2),
+                               stopped_at=timezone.now() - dt.timedelta(days=1),
+                               gpu_hours=16.0, cost_usd=262.18, cost_source="test price")
+    TrainingJob.objects.create(team=team, workload=w, name="ancient",
+                               started_at=timezone.now() - dt.timedelta(days=90),
+                               stopped_at=timezone.now() - dt.timedelta(days=89))
+    client.force_login(users["owner"])
+    jobs = client.get(f"/api/v1/teams/{team.slug}/costs?lookback=7").json()["training_jobs"]
+    assert [(j["name"], j["cost_usd"]) for j in jobs] == [("run-7", 262.18)]
+    html = client.get(f"/teams/{team.slug}/costs/?lookback=7").content.decode()
+    assert "run-7" in html and "$262.18" in html and "ancient" not in html
+
+
+def test_recommendation_on_snapshot_prices_is_marked_stale(client, users, team):
+    host, _ = make_host(team)
+    for gpu in host.gpus.all():
+        add_hours(gpu, 7 * 24, 90.0, end=hour_end())
+    client.force_login(users["owner"])  # only the 2025-05-31 snapshot prices exist
+    recs = client.get(f"/api/v1/teams/{team.slug}/recommendations?lookback=7").json()[
+        "recommendations"]
+    commit = next(r for r in recs if r["kind"] == "commit")
+    assert commit["prices_stale"] is True
+    assert "stale (oldest as of 2025-05-31)" in commit["reasoning"]
+    assert "refresh prices before acting" in commit["reasoning"]
+    # the P4 page's rates have no stated payment option and are labelled so
+    assert "Reserved instance 3y effective rate, payment not stated" in commit["title"]
