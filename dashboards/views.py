@@ -1,4 +1,4 @@
-"""Pages. Thin: access check, one query function, render."""
+"""Pages. Thin: access check (the team permission matrix), one query function, render."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from dashboards import figures
-from greenops.teams.models import team_for_user_or_404
+from greenops.teams.models import Team
+from greenops.teams.permissions import team_permission
 from greenops.telemetry.models import Host
 from greenops.telemetry.queries import RANGES, host_usage, team_usage
 
@@ -27,9 +28,8 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboards/home.html", {"memberships": memberships})
 
 
-@login_required
-def team_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
-    team = team_for_user_or_404(request.user, slug)
+@team_permission("team.view")
+def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     key = _range(request)
     usage = team_usage(team, key)
     hosts = list(team.hosts.prefetch_related("gpus"))
@@ -45,9 +45,8 @@ def team_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "dashboards/team.html", ctx)
 
 
-@login_required
-def host_detail(request: HttpRequest, slug: str, host_id: int) -> HttpResponse:
-    team = team_for_user_or_404(request.user, slug)
+@team_permission("hosts.view")
+def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
     host = get_object_or_404(Host, id=host_id, team=team)
     key = _range(request)
     usage = host_usage(host, key)

@@ -181,7 +181,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = envint("CELERY_WORKER_PREFETCH_MULTIPLIER", 
 CELERY_DB_REUSE_MAX = envint("CELERY_DB_REUSE_MAX", 100)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600)}
 CELERY_BEAT_SCHEDULE = {
-    "rollups-catch-up": {"task": "greenops.telemetry.tasks.process_pending_batches", "schedule": 60.0},
+    # Safety net: batches whose queue message was lost (Redis restart) are still stored.
+    "ingest-catch-up": {
+        "task": "greenops.telemetry.tasks.process_pending_batches",
+        "schedule": 60.0,
+    },
+    "ingest-prune": {"task": "greenops.telemetry.tasks.prune_batches", "schedule": 86400.0},
     "kpi-rollups": {"task": "greenops.kpis.tasks.rollup_kpis", "schedule": 300.0},
     "prices-refresh": {"task": "greenops.costs.tasks.refresh_prices", "schedule": 6 * 3600.0},
 }

@@ -3,14 +3,21 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from greenops.api.v1 import api
+from greenops.carbon import views as carbon_views
+from greenops.carbon.codecarbon_api import api as codecarbon_api
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", api.urls),
+    path("api/codecarbon/", codecarbon_api.urls),  # codecarbon's api_endpoint
+    path("methodology/", carbon_views.methodology, name="carbon-methodology"),
     path("teams/<slug:slug>/", include("greenops.workloads.urls")),
     path("teams/<slug:slug>/", include("greenops.kpis.urls")),
     path("teams/<slug:slug>/", include("greenops.costs.urls")),
+    path("teams/<slug:slug>/", include("greenops.carbon.urls")),
+    path("teams/<slug:slug>/", include("greenops.teams.urls")),
+    path("", include("greenops.teams.urls_site")),
     path("", include("dashboards.urls")),
 ]

@@ -8,7 +8,7 @@ from ninja import NinjaAPI, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.teams.models import team_for_user_or_404
+from greenops.teams.permissions import authorize_api
 from greenops.telemetry import ingest
 from greenops.telemetry.queries import RANGES, team_usage
 from greenops.telemetry.wire import IngestError
@@ -139,13 +139,14 @@ def list_teams(request: HttpRequest):
 @api.get("/teams/{slug}/usage", auth=django_auth, response={200: dict, 404: ErrorOut},
          summary="GPU utilisation, power and energy per GPU over a range")
 def get_usage(request: HttpRequest, slug: str, range: str = "day"):
-    team = team_for_user_or_404(request.user, slug)
+    team, _role = authorize_api(request.user, slug, "team.view")
     if range not in RANGES:
         raise IngestError(422, "validation_error", "range", f"one of {', '.join(RANGES)}")
     return Status(200, team_usage(team, range))
 
 
 # Domain apps add their endpoints through their own routers.
+from greenops.carbon.api import router as carbon_router  # noqa: E402
 from greenops.costs.api import router as costs_router  # noqa: E402
 from greenops.kpis.api import router as kpis_router  # noqa: E402
 from greenops.workloads.api import router as workloads_router  # noqa: E402
@@ -153,3 +154,10 @@ from greenops.workloads.api import router as workloads_router  # noqa: E402
 api.add_router("/", workloads_router)
 api.add_router("/", kpis_router)
 api.add_router("/", costs_router)
+api.add_router("/", carbon_router)
+
+from greenops.teams.api import router as teams_router  # noqa: E402
+from greenops.telemetry.api_enroll import router as hosts_router  # noqa: E402
+
+api.add_router("/", teams_router)
+api.add_router("/", hosts_router)

@@ -8,11 +8,14 @@ that feeds live data over HTTP. Every demo sample is marked simulated, and pages
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 
 from django.conf import settings
@@ -24,10 +27,13 @@ from django.db import transaction
 from collectors.batch import SampleBuffer, build_batch
 from collectors.energy import EnergyAccountant
 from collectors.simulated import SimulatedSource
+from greenops import embedded_beat
+from greenops.kpis import inference, jobs, rollup
 from greenops.teams.models import Membership, Role, Team
 from greenops.telemetry import store, wire
 from greenops.telemetry.ingest import known_gpus, register_inventory
 from greenops.telemetry.models import Gpu, GpuSample, Host
+from greenops.workloads.models import Workload, WorkloadKind
 
 DEMO_USER = "demo"
 DEMO_PASSWORD = "greenops-demo"
@@ -62,6 +68,61 @@ def backfill(host: Host, n_gpus: int, days: float, step_s: float, seed: int) -> 
         last_seen=dt.datetime.fromtimestamp(t[0] - step_s, dt.UTC), agent_version=""
     )
     return stored
+
+
+LATENCY_LE_MS = [10, 25, 50, 100, 250, 500, 1000, 2500, 5000]
+
+
+def _lognormal_cdf(x: float, median: float, sigma: float) -> float:
+    return 0.5 * (1 + math.erf(math.log(x / median) / (sigma * math.sqrt(2))))
+
+
+def simulated_windows(slug: str, source: SimulatedSource, start: float, end: float,
+                      step_s: float) -> list[dict]:
+    """Inference counts that follow the simulated GPU's load, with a log-normal latency
+    histogram whose median rises with load. Demo data only: sent as from 'demo (simulated)'."""
+    windows, t = [], start
+    while t < end:
+        util = source.utilisation(0, t)
+        requests = int(util / 100 * 40 * step_s)  # up to 40 req/s at full load
+        median = 60.0 * (1 + util / 100)
+        cdf = [_lognormal_cdf(b, median, 0.6) for b in LATENCY_LE_MS]
+        counts = [round(requests * c) for c in cdf] + [requests]  # cumulative, last = +Inf
+        windows.append({"workload": slug, "end": t + step_s, "requests": requests,
+                        "success": requests, "failure": 0, "tokens": requests * 180,
+                        "latency": {"unit": "ms", "le": LATENCY_LE_MS, "counts": counts,
+                                    "cumulative": True}})
+        t += step_s
+    return windows
+
+
+def seed_workloads(team: Team, hosts: dict, days: float) -> None:
+    """A serving workload with simulated traffic and a finished (simulated) training job."""
+    now = time.time()
+    serving, _ = Workload.objects.get_or_create(
+        team=team, slug="chat-llm",
+        defaults={"name": "chat-llm", "kind": WorkloadKind.INFERENCE, "latency_critical": True,
+                  "description": "Simulated LLM chat service (demo)"})
+    serving.hosts.set([hosts[HISTORY_HOST][0]])
+    training, _ = Workload.objects.get_or_create(
+        team=team, slug="vision-training",
+        defaults={"name": "vision-training", "kind": WorkloadKind.TRAINING,
+                  "interruptible": True, "checkpoint_interval_min": 30,
+                  "description": "Simulated checkpointed training (demo)"})
+    training.hosts.set([hosts[LIVE_HOST][0]])
+    source = SimulatedSource(HISTORY_GPUS, seed=2)
+    windows = simulated_windows("chat-llm", source, now - days * 86400 + 600, now - 300, 300.0)
+    for i in range(0, len(windows), inference.MAX_WINDOWS):
+        inference.accept(team, {"batch_id": str(uuid.uuid4()),
+                                "windows": windows[i:i + inference.MAX_WINDOWS]},
+                         sender="demo (simulated)")
+    started = now - 3 * 86400
+    job = jobs.start_job(team, {"workload": "vision-training", "name": "resnet50 90 epochs",
+                                "started_at": started}, started_by="demo (simulated)",
+                         now_s=now)
+    jobs.stop_job(job, {"stopped_at": started + 8 * 3600}, now_s=now)
+    start = dt.datetime.fromtimestamp(now - days * 86400, dt.UTC)
+    rollup.rebuild(team, start, dt.datetime.fromtimestamp(now, dt.UTC))
 
 
 class Command(BaseCommand):
@@ -114,6 +175,8 @@ class Command(BaseCommand):
             for seed, (name, n) in enumerate(((LIVE_HOST, LIVE_GPUS),
                                               (HISTORY_HOST, HISTORY_GPUS))):
                 backfill(hosts[name][0], n, days, step_s=300.0, seed=seed + 1)
+            self.stdout.write("Simulating inference traffic, a training job and KPI rollups…")
+            seed_workloads(team, hosts, days)
         return team, hosts[LIVE_HOST][1]
 
     def serve(self, port: int, token: str) -> None:
@@ -124,9 +187,12 @@ class Command(BaseCommand):
              "--spool", str(Path(settings.DATA_DIR) / "demo-agent-spool.db")],
             env=env,
         )
+        stop = threading.Event()
+        embedded_beat.start(stop)  # rollups, KPI and price tasks, as beat would run them
         try:
             call_command("runserver", f"127.0.0.1:{port}", use_reloader=False)
         finally:
+            stop.set()
             agent.send_signal(signal.SIGTERM)
             try:
                 agent.wait(timeout=10)
