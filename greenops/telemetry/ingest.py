@@ -11,7 +11,7 @@ import time
 import uuid
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from greenops.telemetry import store, wire
@@ -39,8 +39,16 @@ def parse_body(body: bytes, content_encoding: str | None):
     return wire.parse_json(raw)
 
 
-def known_gpus(host: Host) -> dict[int, int]:
-    return dict(Gpu.objects.filter(host=host).values_list("index", "id"))
+def known_gpus(host: Host | int) -> dict[int, int]:
+    """GPU index -> Gpu id for a host (or a host id: the worker has only the batch's host_id)."""
+    host_id = host if isinstance(host, int) else host.id
+    return dict(Gpu.objects.filter(host_id=host_id).values_list("index", "id"))
+
+
+# A host posting several batches a second (an agent draining its spool after an outage) need not
+# rewrite its row for each one: that write costs a round trip and serialises the host's
+# concurrent requests on the row lock, while the pages show last_seen in minutes.
+LAST_SEEN_RESOLUTION_S = 5.0
 
 
 def accept_batch(host: Host, body: bytes, content_encoding: str | None) -> dict:
@@ -54,31 +62,58 @@ def accept_batch(host: Host, body: bytes, content_encoding: str | None) -> dict:
         max_age_s=settings.INGEST_MAX_AGE_S,
     )
     wire.check_gpu_indices(batch, set(known_gpus(host)))
+    spool = wire.parse_spool_report(doc)
     gzip_encoded = (content_encoding or "").strip().lower() == "gzip"
-    existing = IngestBatch.objects.filter(id=batch.batch_id).only("host_id").first()
-    if existing is not None:
-        if existing.host_id != host.id:
+    row = IngestBatch(id=batch.batch_id, host=host, n_samples=batch.n, payload=body,
+                      gzip_encoded=gzip_encoded)
+    if not _insert_once(row):  # a resend, or the same batch racing in twice
+        owner = IngestBatch.objects.filter(id=batch.batch_id).values_list("host_id", flat=True)
+        if owner.first() != host.id:
             raise IngestError(409, "conflict", "batch_id", "this batch id belongs to another host")
         return {"batch_id": str(batch.batch_id), "status": "duplicate", "samples": batch.n}
-    try:
-        with transaction.atomic():
-            IngestBatch.objects.create(
-                id=batch.batch_id, host=host, n_samples=batch.n, payload=body,
-                gzip_encoded=gzip_encoded,
-            )
-            Host.objects.filter(id=host.id).update(
-                last_seen=timezone.now(), agent_version=batch.agent_version or host.agent_version
-            )
-    except IntegrityError:  # the same batch raced in twice
-        return {"batch_id": str(batch.batch_id), "status": "duplicate", "samples": batch.n}
+    _touch_host(host, batch.agent_version, spool)
     from greenops.telemetry.tasks import store_batch
 
     transaction.on_commit(lambda: store_batch.delay(str(batch.batch_id)))
     return {"batch_id": str(batch.batch_id), "status": "queued", "samples": batch.n}
 
 
+def _insert_once(row: IngestBatch) -> bool:
+    """INSERT the batch row; False if its id is taken. Outside a transaction this is one
+    autocommitted statement (durable when it returns, no BEGIN/COMMIT round trips); inside one it
+    gets a savepoint, so a duplicate does not poison the caller's transaction."""
+    try:
+        if connection.in_atomic_block:
+            with transaction.atomic():
+                row.save(force_insert=True)
+        else:
+            row.save(force_insert=True)
+    except IntegrityError:
+        return False
+    return True
+
+
+def _touch_host(host: Host, agent_version: str, spool: tuple[int, float | None] | None) -> None:
+    """Record that the host is alive (and its agent version and spool backlog), at most every
+    LAST_SEEN_RESOLUTION_S -- except that a new version or a drained spool is written at once."""
+    now = timezone.now()
+    version = agent_version or host.agent_version
+    fresh = host.last_seen is not None and (
+        (now - host.last_seen).total_seconds() < LAST_SEEN_RESOLUTION_S
+    )
+    drained = spool is not None and spool[0] == 0 and host.spool_depth != 0
+    if fresh and version == host.agent_version and not drained:
+        return
+    spool_fields = (
+        {"spool_depth": spool[0], "spool_oldest_age_s": spool[1], "spool_reported_at": now}
+        if spool else {}
+    )
+    Host.objects.filter(id=host.id).update(last_seen=now, agent_version=version, **spool_fields)
+
+
 def process_batch(batch_id: str) -> int | None:
     """Store a pending batch's samples. Returns samples inserted, None if already processed."""
+    store.prepare_session()
     with transaction.atomic():
         row = (
             IngestBatch.objects.select_for_update(skip_locked=True)
@@ -93,7 +128,7 @@ def process_batch(batch_id: str) -> int | None:
             )
             batch = wire.parse_batch(doc, now_s=time.time(), max_samples=1 << 40,
                                      max_future_s=float("inf"), max_age_s=float("inf"))
-            inserted = store.store_batch(batch, known_gpus(row.host))
+            inserted = store.store_batch(batch, known_gpus(row.host_id))
         except IngestError as exc:  # a GPU was removed between acceptance and processing
             row.status, row.error, row.payload = IngestBatch.Status.FAILED, exc.message, b""
             row.processed_at = timezone.now()

@@ -11,6 +11,7 @@ from raw samples.
 from __future__ import annotations
 
 import datetime as dt
+import weakref
 
 import numpy as np
 from django.db import connection, transaction
@@ -141,13 +142,38 @@ def store_batch(batch: Batch, gpu_ids: dict[int, int]) -> int:
     return _store_generic(values, nulls, batch.n)
 
 
+# Database connections (psycopg's, so a reconnect starts afresh) whose session is known to have
+# the staging table: the worker keeps its connection across tasks, and skipping the CREATE saves
+# a round trip and a catalog lookup per batch.
+_staged_connections: weakref.WeakSet = weakref.WeakSet()
+
+
+def prepare_session() -> None:
+    """Create the session's staging table ahead of the batch's transaction (the worker calls
+    this outside any transaction, so the table then lasts as long as the connection)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            _ensure_stage(cursor)
+
+
+def _ensure_stage(cursor) -> None:
+    raw = connection.connection
+    if raw in _staged_connections:
+        return
+    cursor.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS gpusample_stage "
+        "(LIKE telemetry_gpusample INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+    )
+    # Inside a transaction a rollback could still take the CREATE with it: remember only
+    # tables created in autocommit mode.
+    if not connection.in_atomic_block:
+        _staged_connections.add(raw)
+
+
 def _store_postgres(values: dict, nulls: dict, n: int) -> int:
     payload = copy_binary(values, nulls, n)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS gpusample_stage "
-            "(LIKE telemetry_gpusample INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
-        )
+        _ensure_stage(cursor)
         with cursor.copy(f"COPY gpusample_stage ({COLUMN_LIST}) FROM STDIN (FORMAT BINARY)") as cp:
             cp.write(payload)
         cursor.execute(_PG_MOVE)
@@ -189,7 +215,9 @@ def _store_generic(values: dict, nulls: dict, n: int) -> int:
     return after - before
 
 
-def recompute_rollup(model, trunc, gpu_ids: list[int], start: dt.datetime, end: dt.datetime) -> None:
+def recompute_rollup(
+    model, trunc, gpu_ids: list[int], start: dt.datetime, end: dt.datetime
+) -> None:
     """Rebuild the buckets in [start, end) for these GPUs from raw samples (idempotent)."""
     rows = (
         GpuSample.objects.filter(gpu_id__in=gpu_ids, ts__gte=start, ts__lt=end)
