@@ -94,3 +94,30 @@ def test_another_teams_host_is_404_even_for_an_admin(client, team_roles, team, o
     assert client.delete(f"/api/v1/teams/{team.slug}/hosts/{theirs.id}").status_code == 404
     theirs.refresh_from_db()
     assert theirs.removed_at is None and theirs.revoked_at is None
+
+
+def test_removed_host_keeps_history_until_an_owner_deletes_it(client, users, team, host,
+                                                              post_batch):
+    from greenops.telemetry.models import Gpu, GpuHour, GpuMinute, GpuSample
+
+    h, token = host
+    other, other_token = make_host(team, name="keeper", gpus=1)
+    assert post_batch(token, make_batch(n_per_gpu=4)).status_code == 202
+    assert post_batch(other_token, make_batch(n_per_gpu=3, gpus=(0,))).status_code == 202
+    client.force_login(users["owner"])
+    client.post(f"/teams/{team.slug}/hosts/{h.id}/remove")
+    assert GpuSample.objects.count() == 11  # removed, history kept
+    page = client.get(f"/teams/{team.slug}/hosts/").content.decode()
+    assert "Delete history" in page
+    # A wrong confirmation deletes nothing.
+    client.post(f"/teams/{team.slug}/hosts/{h.id}/delete", {"confirm": "nope"})
+    assert Host.objects.filter(id=h.id).exists() and GpuSample.objects.count() == 11
+    r = client.post(f"/teams/{team.slug}/hosts/{h.id}/delete", {"confirm": h.name})
+    assert r.status_code == 302
+    assert not Host.objects.filter(id=h.id).exists()
+    keeper_gpu = Gpu.objects.get(host=other)
+    assert set(GpuSample.objects.values_list("gpu_id", flat=True)) == {keeper_gpu.id}
+    assert set(GpuMinute.objects.values_list("gpu_id", flat=True)) == {keeper_gpu.id}
+    assert set(GpuHour.objects.values_list("gpu_id", flat=True)) == {keeper_gpu.id}
+    event = AuditEvent.objects.get(action=AuditEvent.Action.HOST_DELETED)
+    assert event.target == h.name

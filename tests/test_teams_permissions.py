@@ -24,7 +24,8 @@ def test_matrix_says_what_the_issue_says():
     assert allowed_actions("admin") - allowed_actions("member") == {
         "hosts.manage", "workloads.manage", "channels.manage", "tokens.manage", "audit.view"}
     assert allowed_actions("owner") - allowed_actions("admin") == {"members.manage",
-                                                                   "team.manage"}
+                                                                   "team.manage",
+                                                                   "hosts.delete_history"}
     assert allowed_actions(None) == set()
     assert allowed_actions("superuser") == set()  # an unknown role gets nothing
     assert ROLE_ORDER == ("viewer", "member", "admin", "owner")
@@ -52,6 +53,8 @@ PAGES = [
     ("revoke", "post", "/teams/{slug}/hosts/{host}/revoke", "admin", 302, {}),
     ("rotate", "post", "/teams/{slug}/hosts/{host}/rotate", "admin", 200, {}),
     ("remove-host", "post", "/teams/{slug}/hosts/{host}/remove", "admin", 302, {}),
+    ("delete-host", "post", "/teams/{slug}/hosts/{host}/delete", "owner", 302,
+     {"confirm": "gpu-node-1"}),
 ]
 API = [
     ("api-hosts", "get", "/api/v1/teams/{slug}/hosts", "viewer", 200, None),

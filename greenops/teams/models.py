@@ -205,6 +205,7 @@ class AuditEvent(models.Model):
         HOST_REVOKED = "host.revoked", "Host token revoked"
         HOST_ROTATED = "host.rotated", "Host token rotated"
         HOST_REMOVED = "host.removed", "Host removed"
+        HOST_DELETED = "host.deleted", "Host and its history deleted"
         MEMBER_INVITED = "member.invited", "Member invited"
         MEMBER_JOINED = "member.joined", "Member joined"
         MEMBER_ROLE_CHANGED = "member.role_changed", "Member role changed"

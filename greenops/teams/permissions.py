@@ -44,6 +44,7 @@ MATRIX: dict[str, Rule] = {
     "audit.view": Rule(Role.ADMIN, "Read the audit log"),
     "members.manage": Rule(Role.OWNER, "Invite people, change roles, remove members"),
     "team.manage": Rule(Role.OWNER, "Rename or delete the team"),
+    "hosts.delete_history": Rule(Role.OWNER, "Delete a host together with all its history"),
 }
 
 

@@ -16,4 +16,5 @@ urlpatterns = [
     path("hosts/<int:host_id>/revoke", views_hosts.revoke_host, name="host-revoke"),
     path("hosts/<int:host_id>/rotate", views_hosts.rotate_host, name="host-rotate"),
     path("hosts/<int:host_id>/remove", views_hosts.remove_host, name="host-remove"),
+    path("hosts/<int:host_id>/delete", views_hosts.delete_host_history, name="host-delete"),
 ]

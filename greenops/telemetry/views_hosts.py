@@ -27,6 +27,7 @@ def host_list(request: HttpRequest, team: Team) -> HttpResponse:
         "team": team, "hosts": host_statuses(team),
         "removed_hosts": host_statuses(team, removed=True),
         "can_manage": "hosts.manage" in request.team_actions,
+        "can_delete_history": "hosts.delete_history" in request.team_actions,
     })
 
 
@@ -71,6 +72,18 @@ def remove_host(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
     host = _host(team, host_id)
     enrollment.remove(host, request.user)
     messages.success(request, f"{host.name} removed; its history stays in reports.")
+    return redirect("host-list", team.slug)
+
+
+@require_POST
+@team_permission("hosts.delete_history")
+def delete_host_history(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
+    host = get_object_or_404(Host, id=host_id, team=team)
+    if request.POST.get("confirm", "").strip() != host.name:
+        messages.error(request, f"Type the host's name ({host.name}) to delete its history.")
+        return redirect("host-list", team.slug)
+    deleted = enrollment.delete_history(host, request.user)
+    messages.success(request, f"{host.name} and its history ({deleted} samples) deleted.")
     return redirect("host-list", team.slug)
 
 
