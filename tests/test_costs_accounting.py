@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 
 from greenops.costs.accounting import collect, team_costs
-from greenops.costs.catalog import host_price, hourly_price
-from greenops.costs.models import HostCostConfig, Price, PriceMethod
+from greenops.costs.catalog import host_price, hourly_price, is_stale
+from greenops.costs.models import INTERRUPTION_BANDS, HostCostConfig, Price, PriceMethod
 from greenops.telemetry.models import GpuHour
 from greenops.workloads.models import Workload
 from tests.conftest import make_host
@@ -140,10 +140,42 @@ def test_hourly_price_for_other_apps(team):
 
 
 def test_snapshot_is_loaded_with_its_date_and_source(db):
+    # The 2026-11-09 snapshot carries the June 2025 P5 reduction, dated by its own source.
     p = Price.objects.get(region="us-east-1", instance_type="p5.48xlarge", option="on_demand")
-    assert p.usd_per_hour == Decimal("98.32")
-    assert p.as_of.date() == dt.date(2025, 5, 31)
-    assert p.method == PriceMethod.SNAPSHOT and "On-Demand pricing page" in p.source
-    # nothing the snapshot does not know is filled in
-    assert not Price.objects.filter(instance_type__in=["p5e.48xlarge", "p5en.48xlarge"]).exists()
-    assert not Price.objects.filter(option="spot").exists()
+    assert p.usd_per_hour == Decimal("55.04")
+    assert p.as_of.date() == dt.date(2026, 11, 9)
+    assert p.method == PriceMethod.SNAPSHOT and "datareceipts" in p.source
+    assert p.detail["snapshot"] == "aws_prices_2026-11-09.json"
+    # rows a later snapshot does not re-source stay as the older one left them
+    g5 = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="on_demand")
+    assert g5.as_of.date() == dt.date(2025, 5, 31) and "On-Demand pricing page" in g5.source
+    # nothing the snapshots do not know is filled in: p5e has no on-demand list price
+    assert not Price.objects.filter(instance_type="p5e.48xlarge", option="on_demand").exists()
+    assert Price.objects.filter(instance_type="p5en.48xlarge", option="on_demand").count() == 3
+
+
+def test_snapshot_spot_rows_say_where_and_when_they_were_sampled(db):
+    spot = Price.objects.get(region="us-west-2", instance_type="p5.48xlarge", option="spot")
+    assert spot.usd_per_hour == Decimal("12.6935") and "usw2-az1" in spot.source
+    # no Spot Advisor band could be cited, so none is claimed
+    assert spot.interruption_band == ""
+    # the sample's date is unknown: as_of is the conservative lower bound, so it shows stale
+    assert spot.as_of.date() == dt.date(2025, 6, 1) and is_stale(spot)
+    assert "lower bound" in spot.detail["confidence"]
+    every = Price.objects.filter(method=PriceMethod.SNAPSHOT)
+    assert all(p.source for p in every)
+    assert all(p.as_of for p in every)
+
+
+def test_every_bundled_snapshot_row_names_a_source_and_a_date():
+    import json
+
+    from greenops.costs.catalog import SNAPSHOTS
+
+    for path in SNAPSHOTS:
+        doc = json.loads(path.read_text())
+        assert doc["metadata"]["as_of"]
+        for row in doc["prices"]:
+            assert row["source"] and len(row["source"]) <= 300, row
+            assert row.get("confidence"), row
+            assert row.get("interruption_band", "") in ("", *INTERRUPTION_BANDS), row

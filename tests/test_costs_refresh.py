@@ -174,7 +174,8 @@ def test_failed_refresh_keeps_the_last_good_prices():
     after = Price.objects.get(pk=before.pk)
     assert (after.usd_per_hour, after.as_of, after.method) == (
         before.usd_per_hour, before.as_of, PriceMethod.SNAPSHOT)
-    assert not Price.objects.filter(option="spot").exists()
+    # no spot row came from the failed history call (the snapshot's P4/P5 samples stay)
+    assert not Price.objects.filter(option="spot", method=PriceMethod.SPOT_HISTORY).exists()
 
 
 @pytest.mark.django_db

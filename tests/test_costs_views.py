@@ -126,7 +126,10 @@ def test_gpu_idle_for_days_is_stopped(client, users, team):
 
 
 def test_page_shows_stale_prices_and_price_problems(client, users, team):
-    host, _ = make_host(team)  # p4d on-demand: only the 2025 snapshot price exists
+    host, _ = make_host(team)
+    # p4d on-demand in eu-west-1: only the snapshot's row exists, dated with its lower bound
+    host.region = "eu-west-1"
+    host.save()
     other, _ = make_host(team, name="mystery")
     other.instance_type = "p9.mega"
     other.save()
@@ -134,21 +137,25 @@ def test_page_shows_stale_prices_and_price_problems(client, users, team):
         add_hours(gpu, 24, 90.0, end=hour_end())
     client.force_login(users["owner"])
     html = client.get(f"/teams/{team.slug}/costs/?lookback=7").content.decode()
-    assert "stale" in html and "as of 2025-05-31" in html
+    assert "stale" in html and "as of 2025-06-01" in html
     assert "&#x27;p9.mega&#x27; is not in the aws price catalog" in html
     assert "no total" in html  # a host without a price means no total is shown
     body = client.get(f"/api/v1/teams/{team.slug}/costs?lookback=7").json()
     assert body["total_cost_usd"] is None
-    assert body["priced_cost_usd"] == pytest.approx(24 * 32.7726)
+    assert body["priced_cost_usd"] == pytest.approx(24 * 23.71569)
 
 
 def test_prices_api_shows_age_and_source(client, users, team):
     client.force_login(users["owner"])
-    rows = client.get("/api/v1/prices?region=us-east-1&instance_type=p5.48xlarge").json()[
+    rows = client.get("/api/v1/prices?region=us-west-2&instance_type=p5.48xlarge").json()[
         "prices"]
     od = next(r for r in rows if r["option"] == "on_demand")
-    assert od["usd_per_hour"] == 98.32 and od["stale"] is True and od["age_days"] > 90
-    assert od["as_of"].startswith("2025-05-31") and od["method"] == "snapshot"
+    assert od["usd_per_hour"] == 55.04 and od["stale"] is True and od["age_days"] > 90
+    assert od["as_of"].startswith("2025-06-01") and od["method"] == "snapshot"
+    assert "skypilot-catalog" in od["source"]
+    spot = next(r for r in rows if r["option"] == "spot")
+    assert spot["usd_per_hour"] == 12.6935 and spot["stale"] is True
+    assert spot["interruption_band"] == ""
 
 
 def test_costs_list_training_jobs_with_their_accounted_cost(client, users, team):

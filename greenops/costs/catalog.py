@@ -25,7 +25,13 @@ from greenops.costs.models import (
 from greenops.telemetry.models import Host, PurchaseOption
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-SNAPSHOT = DATA_DIR / "aws_prices_2025-05-31.json"
+# Oldest first. Each later file re-sources part of the catalog; rows it lacks stay as the older
+# file left them (with their own date and source), so no file is complete on its own.
+SNAPSHOTS = (
+    DATA_DIR / "aws_prices_2025-05-31.json",
+    DATA_DIR / "aws_prices_2026-11-09.json",
+)
+SNAPSHOT = SNAPSHOTS[-1]
 
 # List prices change a few times a year; spot prices hourly. Past these ages a price is shown
 # flagged as stale (still shown: an old figure labelled old beats a blank).
@@ -39,13 +45,14 @@ MAX_AGE = {
 
 def load_snapshot(path: Path = SNAPSHOT, instance_type_model=InstanceType,
                   price_model=Price) -> int:
-    """Upsert the bundled snapshot. A row already refreshed after the snapshot date is kept:
-    a newer observed price must never be overwritten by an older list price. (The model
-    arguments let the data migration pass its historical models.)"""
+    """Upsert one bundled snapshot. A row already refreshed after the row's date is kept:
+    a newer observed price must never be overwritten by an older list price. A row may carry
+    its own `as_of` (figures of one file come from sources of different dates); otherwise the
+    file's date applies. (The model arguments let data migrations pass historical models.)"""
     doc = json.loads(path.read_text())
     meta = doc["metadata"]
     provider = meta["provider"]
-    as_of = dt.datetime.fromisoformat(meta["as_of"]).replace(tzinfo=dt.UTC)
+    file_as_of = _parse_date(meta["as_of"])
     written = 0
     with transaction.atomic():
         for name, spec in doc["instance_types"].items():
@@ -59,6 +66,7 @@ def load_snapshot(path: Path = SNAPSHOT, instance_type_model=InstanceType,
                 "instance_type": row["instance_type"], "option": row["option"],
                 "term_years": row.get("term_years"), "payment": row.get("payment", ""),
             }
+            as_of = _parse_date(row["as_of"]) if row.get("as_of") else file_as_of
             current = price_model.objects.filter(**key).first()
             if current is not None and current.as_of > as_of:
                 continue
@@ -72,6 +80,15 @@ def load_snapshot(path: Path = SNAPSHOT, instance_type_model=InstanceType,
             })
             written += 1
     return written
+
+
+def load_snapshots(instance_type_model=InstanceType, price_model=Price) -> int:
+    """Load every bundled snapshot, oldest first."""
+    return sum(load_snapshot(path, instance_type_model, price_model) for path in SNAPSHOTS)
+
+
+def _parse_date(value: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
 
 
 def is_stale(price: Price, now: dt.datetime | None = None) -> bool:

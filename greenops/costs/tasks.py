@@ -18,7 +18,7 @@ def refresh_prices() -> dict:
     credentials exist. Without them the snapshot stays, labelled with its date."""
     import boto3
 
-    catalog.load_snapshot()
+    catalog.load_snapshots()
     session = boto3.Session()
     if session.get_credentials() is None:
         log = PriceRefresh.objects.create(

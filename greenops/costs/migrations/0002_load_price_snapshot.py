@@ -4,9 +4,11 @@ from django.db import migrations
 
 
 def load(apps, schema_editor):
-    from greenops.costs.catalog import load_snapshot
+    from greenops.costs.catalog import DATA_DIR, load_snapshot
 
-    load_snapshot(instance_type_model=apps.get_model("costs", "InstanceType"),
+    # Pinned to its own file: later snapshots are loaded by later migrations.
+    load_snapshot(DATA_DIR / "aws_prices_2025-05-31.json",
+                  instance_type_model=apps.get_model("costs", "InstanceType"),
                   price_model=apps.get_model("costs", "Price"))
 
 
