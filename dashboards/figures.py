@@ -18,7 +18,8 @@ LAYOUT = {
 
 
 def _label(s: dict) -> str:
-    return f"{s['host']} · GPU {s['gpu_index']}" + (" (simulated)" if s["simulated"] else "")
+    who = s["host"] if s["gpu_index"] is None else f"{s['host']} · GPU {s['gpu_index']}"
+    return who + (" (simulated)" if s["simulated"] else "")
 
 
 # Above this many points SVG gets sluggish in the browser; WebGL draws them on a canvas instead.
@@ -44,6 +45,8 @@ def utilisation(usage: dict) -> dict:
 
 
 def power(usage: dict) -> dict:
+    if usage.get("grouping") == "host":
+        return _lines(usage, "power_w", "GPU power draw per host (sum of its GPUs)", "W")
     return _lines(usage, "power_w", "GPU power draw", "W")
 
 
@@ -59,7 +62,7 @@ def energy(usage: dict) -> dict:
          "hovertemplate": "%{y:.4f} kWh<extra>" + host + "</extra>"}
         for host, bars in sorted(per_host.items())
     ]
-    per = "minute" if usage["resolution"] == "minute" else "hour"
+    per = usage["resolution"]
     return {
         "data": traces,
         "layout": {**LAYOUT, "barmode": "stack", "title": {"text": f"GPU energy per {per}"},

@@ -20,15 +20,20 @@ def _close_stray_connections(django_db_setup, django_db_blocker):
     stop the test database from being dropped. Depending on django_db_setup makes this teardown
     run first."""
     yield
-    from django.db import connection
+    from django.db import DatabaseError, connection
 
     with django_db_blocker.unblock():
-        if connection.vendor == "postgresql":
+        if connection.vendor != "postgresql" or not connection.settings_dict["NAME"].startswith(
+                "test_"):
+            return  # no test database was made in this run (no test used the database)
+        try:
             with connection.cursor() as cursor:
                 cursor.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
+        except DatabaseError:
+            pass
 
 
 @pytest.fixture(autouse=True)

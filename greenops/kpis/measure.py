@@ -67,6 +67,25 @@ class Factors:
     price: Callable[[Host], Price | None] = default_price
 
 
+def cached_factors() -> Factors:
+    """Default factors that look each host's site factors and price up once: rebuilding many
+    hours would otherwise repeat the same carbon and catalog queries for every hour."""
+    sites: dict[int, SiteFactors] = {}
+    prices: dict[int, Price | None] = {}
+
+    def site(host: Host) -> SiteFactors:
+        if host.id not in sites:
+            sites[host.id] = default_site_factors(host)
+        return sites[host.id]
+
+    def price(host: Host) -> Price | None:
+        if host.id not in prices:
+            prices[host.id] = default_price(host)
+        return prices[host.id]
+
+    return Factors(site, price)
+
+
 def _host_energy_hours(host_ids: Iterable[int], start: dt.datetime, end: dt.datetime):
     """(host_id, bucket, cpu_j, ram_j, methods) rows; empty when the carbon app has none."""
     try:

@@ -19,7 +19,7 @@ from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from greenops.kpis import metrics
-from greenops.kpis.measure import Factors, add_inference, measure_gpus
+from greenops.kpis.measure import Factors, add_inference, cached_factors, measure_gpus
 from greenops.kpis.models import InferenceBatch, InferenceWindow, KpiRollup, Period, RollupCursor
 from greenops.teams.models import Team
 from greenops.telemetry.models import Gpu
@@ -91,6 +91,7 @@ def rollup_day(team: Team, day: dt.datetime) -> None:
 def rebuild(team: Team, start: dt.datetime, end: dt.datetime,
             factors: Factors | None = None) -> int:
     """Recompute every hour in [start, end) and the days they touch. Returns hours done."""
+    factors = factors or cached_factors()
     hour, n, days = floor_hour(start), 0, set()
     while hour < end:
         rollup_hour(team, hour, factors)
@@ -126,6 +127,7 @@ def run(now: dt.datetime | None = None, lookback_h: int = 3,
     from greenops.kpis import jobs
 
     now = now or timezone.now()
+    factors = factors or cached_factors()
     cursor = RollupCursor.objects.filter(name=CURSOR).first()
     touched, newest = _touched_hours(cursor.position if cursor else None)
     current = floor_hour(now)

@@ -174,13 +174,13 @@ def delete_history(host: Host, actor) -> int:
     """Delete the host and everything measured on it; past reports change. Returns the number
     of raw samples deleted. Rollups and samples are keyed by GPU id without a database foreign
     key (so ingest never pays for one), hence the explicit deletes before the host goes."""
-    from greenops.telemetry.models import Gpu, GpuHour, GpuMinute, GpuSample
+    from greenops.telemetry.models import ROLLUPS, Gpu, GpuSample
 
     gpu_ids = list(Gpu.objects.filter(host=host).values_list("id", flat=True))
     with transaction.atomic():
         deleted, _ = GpuSample.objects.filter(gpu_id__in=gpu_ids).delete()
-        GpuMinute.objects.filter(gpu_id__in=gpu_ids).delete()
-        GpuHour.objects.filter(gpu_id__in=gpu_ids).delete()
+        for model in ROLLUPS.values():
+            model.objects.filter(gpu_id__in=gpu_ids).delete()
         team, name = host.team, host.name
         host.delete()
         audit.record(team, actor, AuditEvent.Action.HOST_DELETED, name, samples=deleted)

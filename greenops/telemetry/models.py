@@ -181,7 +181,13 @@ class GpuHour(RollupFields):
     pk = models.CompositePrimaryKey("gpu_id", "bucket")
 
 
-ROLLUPS = {"minute": GpuMinute, "hour": GpuHour}
+class GpuDay(RollupFields):
+    """UTC days: a 90-day page reads 90 rows per GPU instead of 2,160 hours."""
+
+    pk = models.CompositePrimaryKey("gpu_id", "bucket")
+
+
+ROLLUPS = {"minute": GpuMinute, "hour": GpuHour, "day": GpuDay}
 
 
 # --- Enrollment and host lifecycle (issue 4) ----------------------------------------------

@@ -10,15 +10,11 @@ from raw samples.
 
 from __future__ import annotations
 
-import datetime as dt
 import weakref
 
 import numpy as np
 from django.db import connection, transaction
-from django.db.models import Count, Max, Q, Sum
-from django.db.models.functions import Coalesce, TruncHour, TruncMinute
 
-from greenops.telemetry.models import GpuHour, GpuMinute, GpuSample
 from greenops.telemetry.wire import Batch
 
 PG_EPOCH_OFFSET_US = 946_684_800 * 1_000_000  # 1970-01-01 -> 2000-01-01
@@ -129,6 +125,7 @@ WITH ins AS (
     RETURNING gpu_id, ts, util_pct, power_w, mem_used_mib, temp_c, energy_j, simulated
 ), m AS ({_ROLLUP_INSERT.format(table="telemetry_gpuminute", unit="minute")}
 ), h AS ({_ROLLUP_INSERT.format(table="telemetry_gpuhour", unit="hour")}
+), d AS ({_ROLLUP_INSERT.format(table="telemetry_gpuday", unit="day")}
 )
 SELECT count(*) FROM ins
 """
@@ -139,7 +136,7 @@ def store_batch(batch: Batch, gpu_ids: dict[int, int]) -> int:
     values, nulls = batch_columns(batch, gpu_ids)
     if connection.vendor == "postgresql":
         return _store_postgres(values, nulls, batch.n)
-    return _store_generic(values, nulls, batch.n)
+    return _store_sqlite(values, nulls, batch.n)
 
 
 # Database connections (psycopg's, so a reconnect starts afresh) whose session is known to have
@@ -180,70 +177,57 @@ def _store_postgres(values: dict, nulls: dict, n: int) -> int:
         return cursor.fetchone()[0]
 
 
-def _to_datetime(us: int) -> dt.datetime:
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(us))
+def _sqlite_timestamps(ts_us: np.ndarray) -> list[str]:
+    """Timestamps as Django stores them in SQLite: naive UTC, 'YYYY-MM-DD HH:MM:SS[.ffffff]'
+    (no fraction when it is zero), so ORM lookups compare them correctly."""
+    text = np.datetime_as_string(ts_us.astype("datetime64[us]"), unit="us")
+    return [t.replace("T", " ").removesuffix(".000000") for t in text.tolist()]
 
 
-def _store_generic(values: dict, nulls: dict, n: int) -> int:
-    names = [name for name, _ in SAMPLE_COLUMNS]
+# strftime formats that produce the bucket start exactly as Django stores it in SQLite.
+_SQLITE_BUCKETS = (("telemetry_gpuminute", "%Y-%m-%d %H:%M:00", 60),
+                   ("telemetry_gpuhour", "%Y-%m-%d %H:00:00", 3600),
+                   ("telemetry_gpuday", "%Y-%m-%d 00:00:00", 86400))
+
+_SQLITE_ROLLUP = """
+    INSERT INTO {table} (gpu_id, bucket, samples, util_sum, util_n, util_max, power_sum_w,
+        power_n, power_max_w, mem_used_max_mib, temp_max_c, energy_j, simulated_samples)
+    SELECT gpu_id, strftime('{fmt}', ts), count(*), coalesce(sum(util_pct), 0),
+        count(util_pct), max(util_pct), coalesce(sum(power_w), 0), count(power_w), max(power_w),
+        max(mem_used_mib), max(temp_c), coalesce(sum(energy_j), 0), sum(simulated)
+    FROM telemetry_gpusample
+    WHERE gpu_id IN ({ids}) AND ts >= %s AND ts < %s
+    GROUP BY 1, 2
+    ON CONFLICT (gpu_id, bucket) DO UPDATE SET
+        samples = excluded.samples, util_sum = excluded.util_sum, util_n = excluded.util_n,
+        util_max = excluded.util_max, power_sum_w = excluded.power_sum_w,
+        power_n = excluded.power_n, power_max_w = excluded.power_max_w,
+        mem_used_max_mib = excluded.mem_used_max_mib, temp_max_c = excluded.temp_max_c,
+        energy_j = excluded.energy_j, simulated_samples = excluded.simulated_samples
+"""
+
+
+def _store_sqlite(values: dict, nulls: dict, n: int) -> int:
+    """The embedded default: INSERT OR IGNORE on the natural key, then the touched buckets are
+    rebuilt from raw samples (so a replay changes nothing). Small volumes; no COPY needed."""
     columns = []
-    for name in names:
-        col = values[name].tolist()
+    for name, _ in SAMPLE_COLUMNS:
+        col = _sqlite_timestamps(values["ts"]) if name == "ts" else values[name].tolist()
         mask = nulls.get(name)
         if mask is not None and mask.any():
             col = [None if m else v for v, m in zip(col, mask.tolist(), strict=True)]
         columns.append(col)
-    objs = []
-    for row in zip(*columns, strict=True):
-        fields = dict(zip(names, row, strict=True))
-        fields["ts"] = _to_datetime(fields["ts"])
-        objs.append(GpuSample(**fields))
-    gpu_ids = sorted(set(values["gpu_id"].tolist()))
+    gpu_ids = ",".join(str(int(g)) for g in np.unique(values["gpu_id"]))
     lo, hi = int(values["ts"].min()), int(values["ts"].max())
-    with transaction.atomic():
-        before = GpuSample.objects.filter(
-            gpu_id__in=gpu_ids, ts__gte=_to_datetime(lo), ts__lte=_to_datetime(hi)
-        ).count()
-        GpuSample.objects.bulk_create(objs, ignore_conflicts=True, batch_size=500)
-        after = GpuSample.objects.filter(
-            gpu_id__in=gpu_ids, ts__gte=_to_datetime(lo), ts__lte=_to_datetime(hi)
-        ).count()
-        for model, trunc, step in ((GpuMinute, TruncMinute, 60), (GpuHour, TruncHour, 3600)):
-            start = _to_datetime(lo - lo % (step * 1_000_000))
-            end = _to_datetime(hi - hi % (step * 1_000_000) + step * 1_000_000)
-            recompute_rollup(model, trunc, gpu_ids, start, end)
-    return after - before
-
-
-def recompute_rollup(
-    model, trunc, gpu_ids: list[int], start: dt.datetime, end: dt.datetime
-) -> None:
-    """Rebuild the buckets in [start, end) for these GPUs from raw samples (idempotent)."""
-    rows = (
-        GpuSample.objects.filter(gpu_id__in=gpu_ids, ts__gte=start, ts__lt=end)
-        .annotate(b=trunc("ts"))
-        .values("gpu_id", "b")
-        .annotate(
-            samples=Count("*"),
-            util_sum=Coalesce(Sum("util_pct"), 0.0),
-            util_n=Count("util_pct"),
-            util_max=Max("util_pct"),
-            power_sum_w=Coalesce(Sum("power_w"), 0.0),
-            power_n=Count("power_w"),
-            power_max_w=Max("power_w"),
-            mem_used_max_mib=Max("mem_used_mib"),
-            temp_max_c=Max("temp_c"),
-            energy_j=Coalesce(Sum("energy_j"), 0.0),
-            simulated_samples=Count("ts", filter=Q(simulated=True)),
+    placeholders = ", ".join(["%s"] * len(SAMPLE_COLUMNS))
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT OR IGNORE INTO telemetry_gpusample ({COLUMN_LIST}) VALUES ({placeholders})",
+            list(zip(*columns, strict=True)),
         )
-    )
-    objs = [model(gpu_id=r.pop("gpu_id"), bucket=r.pop("b"), **r) for r in rows]
-    model.objects.bulk_create(
-        objs,
-        update_conflicts=True,
-        unique_fields=["gpu_id", "bucket"],
-        update_fields=[
-            "samples", "util_sum", "util_n", "util_max", "power_sum_w", "power_n", "power_max_w",
-            "mem_used_max_mib", "temp_max_c", "energy_j", "simulated_samples",
-        ],
-    )
+        inserted = cursor.rowcount  # executemany sums the rows actually inserted
+        for table, fmt, step in _SQLITE_BUCKETS:
+            step_us = step * 1_000_000
+            bounds = _sqlite_timestamps(np.array([lo - lo % step_us, hi - hi % step_us + step_us]))
+            cursor.execute(_SQLITE_ROLLUP.format(table=table, fmt=fmt, ids=gpu_ids), bounds)
+    return inserted

@@ -174,7 +174,7 @@ class Command(BaseCommand):
             self.stdout.write(f"Backfilling {days:g} days of simulated history…")
             for seed, (name, n) in enumerate(((LIVE_HOST, LIVE_GPUS),
                                               (HISTORY_HOST, HISTORY_GPUS))):
-                backfill(hosts[name][0], n, days, step_s=300.0, seed=seed + 1)
+                backfill(hosts[name][0], n, days, step_s=60.0, seed=seed + 1)
             self.stdout.write("Simulating inference traffic, a training job and KPI rollups…")
             seed_workloads(team, hosts, days)
         return team, hosts[LIVE_HOST][1]
