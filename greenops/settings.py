@@ -158,6 +158,10 @@ INGEST_MAX_DECOMPRESSED_BYTES = envint("INGEST_MAX_DECOMPRESSED_BYTES", 64 * 102
 INGEST_MAX_FUTURE_S = envint("INGEST_MAX_FUTURE_S", 300)
 INGEST_MAX_AGE_S = envint("INGEST_MAX_AGE_S", 30 * 86400)
 
+# --- Teams and enrollment ------------------------------------------------------------------
+INVITATION_TTL_DAYS = envint("INVITATION_TTL_DAYS", 7)
+ENROLL_TOKEN_TTL_MINUTES = envint("ENROLL_TOKEN_TTL_MINUTES", 60)
+
 # --- Carbon accounting ---------------------------------------------------------------------
 # PUE for hosts whose site sets none. 1.56 is the industry-average annual PUE reported by the
 # Uptime Institute Global Data Center Survey 2024: without knowing the facility, assuming an

@@ -20,7 +20,7 @@ from django.utils import timezone
 from greenops.teams import audit
 from greenops.teams.models import INVITATION_PREFIX, AuditEvent, Invitation, Membership, Role, Team
 
-INVITATION_TTL = timedelta(days=int(getattr(settings, "INVITATION_TTL_DAYS", 7)))
+INVITATION_TTL = timedelta(days=settings.INVITATION_TTL_DAYS)
 
 
 class InvitationError(ValueError):

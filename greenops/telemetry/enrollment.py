@@ -28,7 +28,7 @@ from greenops.telemetry.models import (
 )
 from greenops.telemetry.wire import IngestError, invalid
 
-ENROLL_TOKEN_TTL = timedelta(minutes=int(getattr(settings, "ENROLL_TOKEN_TTL_MINUTES", 60)))
+ENROLL_TOKEN_TTL = timedelta(minutes=settings.ENROLL_TOKEN_TTL_MINUTES)
 FACT_FIELDS = {"cpu_model": 255, "instance_type": 64, "region": 64, "provider": 20,
                "country": 3, "facts_source": 32}
 
