@@ -17,8 +17,7 @@ from django.conf import settings
 from greenops.carbon import intensity
 from greenops.carbon.models import HostSite, Site
 from greenops.telemetry.models import Host
-
-J_PER_KWH = 3_600_000.0
+from greenops.units import j_to_kwh
 
 
 @dataclass(frozen=True)
@@ -44,10 +43,6 @@ class Carbon:
     @property
     def co2e_kg(self) -> float:
         return self.co2e_g / 1000.0
-
-
-def j_to_kwh(energy_j: float) -> float:
-    return energy_j / J_PER_KWH
 
 
 def _host_site(host: Host) -> HostSite | None:

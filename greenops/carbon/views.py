@@ -19,6 +19,7 @@ from greenops.carbon.runs import runs_with_totals
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry.wire import IngestError
+from greenops.units import j_to_kwh
 
 RUNS_SHOWN = 200
 
@@ -73,8 +74,8 @@ def sites(request: HttpRequest, team: Team) -> HttpResponse:
             .values_list("cpu_method", "ram_method").distinct()
         )
         hosts.append({"host": host, "factors": factors, "methods": methods,
-                      "cpu_kwh": accounting.j_to_kwh(e.get("cpu_j") or 0.0),
-                      "ram_kwh": accounting.j_to_kwh(e.get("ram_j") or 0.0),
+                      "cpu_kwh": j_to_kwh(e.get("cpu_j") or 0.0),
+                      "ram_kwh": j_to_kwh(e.get("ram_j") or 0.0),
                       "carbon": accounting.carbon_for_energy(it_j, factors) if e else None})
     return render(request, "carbon/sites.html", {
         "team": team, "sites": Site.objects.filter(team=team), "hosts": hosts,

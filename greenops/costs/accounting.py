@@ -17,8 +17,8 @@ from django.utils import timezone
 from greenops.costs.catalog import HourlyPrice, PriceProblem, host_price
 from greenops.teams.models import Team
 from greenops.telemetry.models import GpuHour, Host, PurchaseOption
+from greenops.units import J_PER_KWH
 
-J_PER_KWH = 3_600_000.0
 LOOKBACKS_DAYS = (7, 30, 60)
 IDLE_UTIL_PCT = 5.0  # below this a GPU-hour is idle: nothing serious runs at <5% SM activity
 COMMITTED = (PurchaseOption.RESERVED, PurchaseOption.SAVINGS_PLAN, PurchaseOption.ON_PREM)

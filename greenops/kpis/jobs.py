@@ -15,10 +15,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from greenops.kpis.measure import Factors, measure_gpus
-from greenops.kpis.metrics import J_PER_KWH
 from greenops.teams.models import Team
 from greenops.telemetry.models import Gpu
 from greenops.telemetry.wire import IngestError, invalid
+from greenops.units import j_to_kwh
 from greenops.workloads.models import TrainingJob, Workload
 
 START_KEYS = {"workload", "name", "host", "gpus", "external_id", "started_at"}
@@ -155,9 +155,6 @@ def refresh_recent(now: dt.datetime, lookback: dt.timedelta,
 
 def summary(job: TrainingJob) -> dict:
     """The job's figures for pages and the API."""
-    def kwh(j):
-        return None if j is None else j / J_PER_KWH
-
     return {
         "id": job.id, "name": job.name, "workload": job.workload.slug,
         "started_at": job.started_at.isoformat(),
@@ -166,10 +163,11 @@ def summary(job: TrainingJob) -> dict:
         "gpus": [{"host": g.host.name, "index": g.index, "uuid": g.uuid}
                  for g in job.gpus.select_related("host")],
         "gpu_hours": job.gpu_hours,
-        "gpu_energy_kwh": kwh(job.gpu_energy_j), "cpu_ram_energy_kwh": kwh(job.cpu_ram_energy_j),
+        "gpu_energy_kwh": j_to_kwh(job.gpu_energy_j),
+        "cpu_ram_energy_kwh": j_to_kwh(job.cpu_ram_energy_j),
         "energy_kwh": None if job.gpu_energy_j is None else
-        kwh(job.gpu_energy_j + (job.cpu_ram_energy_j or 0.0)),
-        "facility_energy_kwh": kwh(job.facility_energy_j),
+        j_to_kwh(job.gpu_energy_j + (job.cpu_ram_energy_j or 0.0)),
+        "facility_energy_kwh": j_to_kwh(job.facility_energy_j),
         "pue": job.pue, "pue_source": job.pue_source,
         "intensity_g_per_kwh": job.intensity_g_per_kwh, "intensity_source": job.intensity_source,
         "co2e_kg": job.co2e_kg, "cost_usd": job.cost_usd,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Max, Sum
 
+from greenops.carbon.accounting import SiteFactors, site_factors
 from greenops.kpis import histogram
 from greenops.kpis.metrics import J_PER_KWH, Totals
 from greenops.kpis.models import InferenceWindow
@@ -27,24 +28,12 @@ HOUR = dt.timedelta(hours=1)
 
 
 @dataclass(frozen=True)
-class SiteFactors:
-    """The fields of greenops.carbon.accounting.SiteFactors that the KPIs use."""
-
-    pue: float
-    pue_source: str
-    intensity_g_per_kwh: float
-    intensity_source: str
-
-
-@dataclass(frozen=True)
 class Price:
     usd_per_hour: float
     source: str
 
 
 def default_site_factors(host: Host) -> SiteFactors:
-    from greenops.carbon.accounting import site_factors
-
     return site_factors(host)
 
 

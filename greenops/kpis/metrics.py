@@ -11,8 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
 from greenops.kpis import histogram
-
-J_PER_KWH = 3_600_000.0
+from greenops.units import J_PER_KWH
 
 
 @dataclass

@@ -10,8 +10,7 @@ from django.utils import timezone
 
 from greenops.teams.models import Team
 from greenops.telemetry.models import ROLLUPS, Gpu, Host
-
-J_PER_KWH = 3_600_000.0
+from greenops.units import J_PER_KWH
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from django.utils.text import slugify
 
 from greenops.teams.models import Team
 from greenops.telemetry.models import Gpu, Host
+from greenops.units import j_to_kwh
 
 
 class WorkloadKind(models.TextChoices):
@@ -112,7 +113,7 @@ class TrainingJob(models.Model):
 
     @property
     def facility_energy_kwh(self) -> float | None:
-        return None if self.facility_energy_j is None else self.facility_energy_j / 3_600_000
+        return j_to_kwh(self.facility_energy_j)
 
     @property
     def running(self) -> bool:
