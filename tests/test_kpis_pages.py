@@ -123,3 +123,28 @@ def test_jobs_table_shows_facility_energy_in_kwh(client, users, team, live_data)
     row = r.content.decode().split('id="jobs"')[1]
     assert "<td>2.000</td>" in row and "7200000" not in row
     assert "7200 s (2\xa0hours)" in row
+
+
+def test_change_is_not_shown_against_a_partly_measured_previous_period(team):
+    """A fleet that joined late in the previous period would show +40,000 %: not a trend."""
+    from greenops.kpis import queries
+
+    now = timezone.now()
+    host, _ = make_host(team, "B", gpus=1)
+    gpu = host.gpus.get()
+    current_start, _ = queries.window("day", now)
+    for h in range(10):  # ten measured hours now, one hour in the previous day
+        add_gpu_hour(gpu, current_start + dt.timedelta(hours=h), 3_600_000, 50.0, 2)
+    add_gpu_hour(gpu, current_start - dt.timedelta(hours=2), 360_000, 50.0, 2)
+    rollup.rebuild(team, current_start - dt.timedelta(days=1),
+                   current_start + dt.timedelta(days=1), stand_in_factors())
+    ov = queries.overview(team, None, "day", now)
+    assert not ov["comparable"] and ov["previous_partial"]
+    assert ov["change_pct"]["energy_kwh"] is None
+    # With the previous day measured as fully as this one, the change is shown.
+    for h in range(10):
+        add_gpu_hour(gpu, current_start - dt.timedelta(hours=23 - h), 1_800_000, 50.0, 2)
+    rollup.rebuild(team, current_start - dt.timedelta(days=1), current_start, stand_in_factors())
+    ov = queries.overview(team, None, "day", now)
+    assert ov["comparable"]
+    assert ov["change_pct"]["energy_kwh"] == pytest.approx((10 - 5.1) / 5.1 * 100)

@@ -43,6 +43,9 @@ def kpis(team: Team, workload: Workload | None, start: dt.datetime, end: dt.date
     return metrics.derive(totals, (end - start).total_seconds())
 
 
+# The previous period must have data in at least this share of the current period's buckets.
+COMPARABLE_COVERAGE = 0.8
+
 CARD_KEYS = ("energy_kwh", "facility_energy_kwh", "co2e_kg", "cost_usd", "gpu_util_pct",
              "requests", "throughput_per_s", "energy_per_inference_j",
              "co2e_per_1k_inferences_g", "latency_p99_ms")
@@ -55,10 +58,17 @@ def overview(team: Team, workload: Workload | None, range_key: str,
     start, end = window(range_key, now)
     current = kpis(team, workload, start, end, period)
     previous = kpis(team, workload, start - span, start, period)
-    changes = {k: metrics.change_pct(current.get(k), previous.get(k)) for k in CARD_KEYS}
+    # A change against a period that was only partly measured (the fleet joined half-way
+    # through it) is a measurement artefact, not a trend: compare only like with like.
+    buckets_now = rows(team, workload, period, start, end).count()
+    buckets_before = rows(team, workload, period, start - span, start).count()
+    comparable = buckets_now > 0 and buckets_before >= COMPARABLE_COVERAGE * buckets_now
+    changes = {k: metrics.change_pct(current.get(k), previous.get(k)) if comparable else None
+               for k in CARD_KEYS}
     return {"range": range_key, "label": label, "period": period, "start": start.isoformat(),
             "end": end.isoformat(), "current": current, "previous": previous,
-            "change_pct": changes}
+            "change_pct": changes, "comparable": comparable,
+            "previous_partial": 0 < buckets_before < COMPARABLE_COVERAGE * buckets_now}
 
 
 def series(team: Team, workload: Workload | None, range_key: str,
