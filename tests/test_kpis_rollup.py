@@ -101,3 +101,28 @@ def test_overview_compares_with_the_previous_period(scenario):
     assert ov["current"]["energy_per_inference_j"] == pytest.approx(2_916_000 / 3635)
     s = queries.series(w.team, w, "day", now=H + dt.timedelta(minutes=30))
     assert s["t"] == [H.isoformat()] and s["requests"] == [3635]
+
+
+def test_telemetry_arriving_after_the_lookback_still_reaches_the_kpis(team, host, post_batch):
+    """An agent that replays its spool after a 6-hour outage: its hours get rolled up."""
+    import time as _time
+
+    from greenops.kpis.measure import Factors, Price, SiteFactors
+    from greenops.telemetry.models import LateHour
+    from tests.conftest import make_batch
+
+    _, token = host
+    old = (_time.time() // 3600 - 6) * 3600 + 600  # 10 minutes into the hour 6 hours ago
+    live = _time.time() - 60
+    assert post_batch(token, make_batch(n_per_gpu=60, start=old)).status_code == 202
+    assert post_batch(token, make_batch(n_per_gpu=5, start=live)).status_code == 202
+    late_hour = dt.datetime.fromtimestamp(old // 3600 * 3600, dt.UTC)
+    assert list(LateHour.objects.values_list("hour", flat=True)) == [late_hour]  # not the live one
+    factors = Factors(site_factors=lambda h: SiteFactors(1.5, "test", 400.0, "test"),
+                      price=lambda h: Price(8.0, "test"))
+    result = rollup.run(lookback_h=3, factors=factors)
+    assert result["late_hours"] == 1
+    row = KpiRollup.objects.get(team=team, workload=None, period="hour", bucket=late_hour)
+    assert row.gpu_energy_j == pytest.approx(59 * (200 + 210))
+    assert not LateHour.objects.exists()
+    assert rollup.run(lookback_h=3, factors=factors)["late_hours"] == 0

@@ -21,6 +21,7 @@ from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce, TruncHour
 
 from greenops.carbon.models import MIXED, HostEnergyHour, HostEnergySample
+from greenops.telemetry import late
 from greenops.telemetry.models import Host
 from greenops.telemetry.wire import _check_range, _numeric_column, invalid
 
@@ -151,6 +152,8 @@ def store(host: Host, batch: HostEnergyBatch) -> int:
             start = lo.replace(minute=0, second=0, microsecond=0)
             recompute_hours(host, start, hi.replace(minute=0, second=0, microsecond=0)
                             + dt.timedelta(hours=1))
+            if late.is_late(lo):
+                late.mark(host.team_id, lo, hi)
     return inserted
 
 

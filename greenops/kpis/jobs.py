@@ -153,6 +153,18 @@ def refresh_recent(now: dt.datetime, lookback: dt.timedelta,
     return n
 
 
+def refresh_overlapping(team_id: int, start: dt.datetime, end: dt.datetime, now: dt.datetime,
+                        factors: Factors | None = None) -> int:
+    """Account again every job of the team that ran during [start, end) (late telemetry)."""
+    jobs = TrainingJob.objects.filter(team_id=team_id, started_at__lt=end).exclude(
+        stopped_at__lt=start)
+    n = 0
+    for job in jobs:
+        account(job, factors, now)
+        n += 1
+    return n
+
+
 def summary(job: TrainingJob) -> dict:
     """The job's figures for pages and the API."""
     return {

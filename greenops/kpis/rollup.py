@@ -5,8 +5,10 @@ inference windows) and overwrites them, so running twice changes nothing. Which 
   - the last `lookback_h` hours (telemetry for recent hours is still arriving), and
   - every hour that received inference windows since the previous run (late senders), found
     through a cursor on InferenceBatch.received_at;
-then every day that contains one of those hours is re-merged from its hour rows.
-Older telemetry that arrives later than the lookback is folded in by `rebuild(team, start, end)`.
+  - every hour whose GPU or CPU/RAM telemetry arrived after the lookback had passed it (an agent
+    replaying its spool after an outage), which ingest marks as telemetry.LateHour rows;
+then every day that contains one of those hours is re-merged from its hour rows, and training
+jobs that overlap a late hour are accounted again.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from greenops.kpis import metrics
 from greenops.kpis.measure import Factors, add_inference, cached_factors, measure_gpus
 from greenops.kpis.models import InferenceBatch, InferenceWindow, KpiRollup, Period, RollupCursor
 from greenops.teams.models import Team
-from greenops.telemetry.models import Gpu
+from greenops.telemetry.models import Gpu, LateHour
 from greenops.workloads.models import Workload, WorkloadKind
 
 HOUR = dt.timedelta(hours=1)
@@ -130,6 +132,9 @@ def run(now: dt.datetime | None = None, lookback_h: int = 3,
     factors = factors or cached_factors()
     cursor = RollupCursor.objects.filter(name=CURSOR).first()
     touched, newest = _touched_hours(cursor.position if cursor else None)
+    late_rows = list(LateHour.objects.order_by("hour").values_list("id", "team_id", "hour")[:5000])
+    for _, team_id, hour in late_rows:
+        touched[team_id].add(hour)
     current = floor_hour(now)
     recent = {current - HOUR * i for i in range(lookback_h)}
     active_teams = set(Gpu.objects.filter(host__team__isnull=False).values_list(
@@ -145,4 +150,8 @@ def run(now: dt.datetime | None = None, lookback_h: int = 3,
     if newest is not None and (cursor is None or newest > cursor.position):
         RollupCursor.objects.update_or_create(name=CURSOR, defaults={"position": newest})
     accounted = jobs.refresh_recent(now, dt.timedelta(hours=lookback_h), factors)
-    return {"hours": done, "jobs": accounted}
+    for _, team_id, hour in late_rows:
+        accounted += jobs.refresh_overlapping(team_id, hour, hour + HOUR, now, factors)
+    # Only now: a run that failed half-way leaves the marks for the next one.
+    LateHour.objects.filter(id__in=[row[0] for row in late_rows]).delete()
+    return {"hours": done, "jobs": accounted, "late_hours": len(late_rows)}

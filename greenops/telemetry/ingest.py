@@ -7,6 +7,7 @@ finds the pending row. Views call these functions; tests call them directly.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 
@@ -14,7 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from greenops.telemetry import store, wire
+from greenops.telemetry import late, store, wire
 from greenops.telemetry.models import Gpu, Host, IngestBatch, hash_token
 from greenops.telemetry.wire import IngestError, invalid
 
@@ -134,10 +135,18 @@ def process_batch(batch_id: str) -> int | None:
             row.processed_at = timezone.now()
             row.save(update_fields=["status", "error", "payload", "processed_at"])
             return 0
+        first = _from_us(int(batch.ts_us.min()))
+        if inserted and late.is_late(first):  # live batches skip this (and its query)
+            team_id = Host.objects.values_list("team_id", flat=True).get(id=row.host_id)
+            late.mark(team_id, first, _from_us(int(batch.ts_us.max())))
         row.status, row.inserted, row.payload = IngestBatch.Status.DONE, inserted, b""
         row.processed_at = timezone.now()
         row.save(update_fields=["status", "inserted", "payload", "processed_at"])
         return inserted
+
+
+def _from_us(us: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(us / 1_000_000, dt.UTC)
 
 
 def pending_batch_ids(cutoff, limit: int) -> list:

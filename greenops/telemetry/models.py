@@ -220,3 +220,15 @@ class EnrollmentToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.token_prefix}… for {self.team}"
+
+
+class LateHour(models.Model):
+    """An hour of a team's telemetry that changed after the KPI rollup's regular lookback had
+    passed it (an agent replaying its spool after an outage, a worker that was down). The KPI
+    rollup rebuilds these hours and deletes the rows; telemetry never imports the KPI app."""
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="+")
+    hour = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "hour"], name="late_hour_once")]
