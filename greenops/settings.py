@@ -50,6 +50,8 @@ def database_from_url(url: str) -> dict:
         }
     if parsed.scheme == "sqlite":
         path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else parsed.path
+        if path:  # a fresh checkout has no var/ yet; SQLite will not create the folder
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": path or BASE_DIR / "var/db.sqlite3",

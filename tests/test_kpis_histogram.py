@@ -90,3 +90,14 @@ def test_change_against_previous_period():
     assert metrics.change_pct(12.0, 10.0) == pytest.approx(20.0)
     assert metrics.change_pct(5.0, 0.0) is None
     assert metrics.change_pct(None, 3.0) is None
+
+
+def test_energy_per_token_counts_only_requests_that_reported_tokens():
+    from greenops.kpis import metrics
+
+    # 200 requests used 1000 J; only the 100 in windows that counted tokens made 100 tokens.
+    t = metrics.Totals(requests=200, tokens=100, token_requests=100, gpu_energy_j=1000.0)
+    assert metrics.derive(t, 3600)["energy_per_token_j"] == 5.0
+    merged = metrics.merge([t, metrics.Totals(requests=100, gpu_energy_j=500.0)])
+    assert merged.token_requests == 100
+    assert metrics.derive(merged, 3600)["energy_per_token_j"] == 5.0

@@ -78,7 +78,10 @@ def test_start_and_stop_through_the_api(client, token, trainer, host):
     assert r.status_code == 200
     stopped = r.json()
     assert not stopped["running"] and stopped["accounted_at"] is not None
-    assert stopped["gpu_energy_kwh"] == 0.0  # no telemetry in the window: zero, not missing
+    # No telemetry from its GPUs while it ran: unknown, never "0 kWh, $0".
+    assert stopped["gpu_energy_kwh"] is None and stopped["cost_usd"] is None
+    assert stopped["co2e_kg"] is None
+    assert stopped["cost_source"] == "no telemetry from the job's GPUs while it ran"
     # Stopping twice keeps the first stop time.
     r2 = api(client, token, f"/api/v1/training-jobs/{job['id']}/stop")
     assert r2.json()["stopped_at"] == stopped["stopped_at"]
@@ -87,6 +90,15 @@ def test_start_and_stop_through_the_api(client, token, trainer, host):
 def test_job_without_gpus_named_uses_the_workloads(client, token, trainer):
     r = api(client, token, "/api/v1/training-jobs", {"workload": "llm-finetune", "name": "x"})
     assert [g["index"] for g in r.json()["gpus"]] == [0, 1]
+
+
+def test_job_of_a_workload_without_capacity_is_refused(client, token, trainer):
+    from greenops.workloads.models import Workload
+
+    Workload.objects.create(team=trainer.team, name="Unplaced", kind="training")
+    r = api(client, token, "/api/v1/training-jobs", {"workload": "unplaced", "name": "x"})
+    assert r.status_code == 422 and r.json()["field"] == "gpus"
+    assert not TrainingJob.objects.exists()
 
 
 BAD_START = [

@@ -84,6 +84,9 @@ def start_job(team: Team, doc, started_by: str = "", now_s: float | None = None)
     gpus = resolve_gpus(team, doc.get("host"), doc.get("gpus"))
     if gpus is None:
         gpus = list(workload.gpu_queryset())
+    if not gpus:
+        raise invalid("gpus", "the workload has no hosts or GPUs linked: link some to it, or "
+                      "name the job's host or GPUs")
     if external_id:
         existing = TrainingJob.objects.filter(team=team, external_id=external_id).first()
         if existing is not None:
@@ -126,7 +129,18 @@ def account(job: TrainingJob, factors: Factors | None = None,
             now: dt.datetime | None = None) -> TrainingJob:
     """(Re)compute a job's energy, carbon and cost from rollups and store them on the job."""
     end = job.stopped_at or now or timezone.now()
-    t = measure_gpus(list(job.gpus.select_related("host")), job.started_at, end, factors)
+    gpus = list(job.gpus.select_related("host"))
+    t = measure_gpus(gpus, job.started_at, end, factors)
+    if not t.gpu_minutes:
+        # Nothing was measured, which is "unknown", not 0 kWh and $0.
+        job.gpu_energy_j = job.cpu_ram_energy_j = job.facility_energy_j = None
+        job.pue = job.intensity_g_per_kwh = job.co2e_kg = job.cost_usd = None
+        job.pue_source = job.intensity_source = ""
+        job.cost_source = ("no GPUs linked to the job" if not gpus else
+                           "no telemetry from the job's GPUs while it ran")
+        job.gpu_hours, job.simulated, job.accounted_at = 0.0, False, timezone.now()
+        job.save()
+        return job
     job.gpu_energy_j = t.gpu_energy_j
     job.cpu_ram_energy_j = t.cpu_ram_energy_j
     job.facility_energy_j = t.facility_energy_j

@@ -190,6 +190,7 @@ def add_inference(t: Totals, workload_ids: list[int], start: dt.datetime,
         t.failure += failure or 0
         if tokens is not None:
             t.tokens = (t.tokens or 0) + tokens
+            t.token_requests += requests
         t.latency_sum_ms += sum_ms or 0.0
         t.latency_n += latency_n
         hists.append(buckets)

@@ -22,6 +22,7 @@ class Totals:
     success: int = 0
     failure: int = 0
     tokens: int | None = None
+    token_requests: int = 0
     latency_sum_ms: float = 0.0
     latency_n: int = 0
     latency_buckets: dict = field(default_factory=dict)
@@ -84,6 +85,7 @@ def merge(items: Iterable) -> Totals:
         out.failure += r.failure
         if r.tokens is not None:
             out.tokens = (out.tokens or 0) + r.tokens
+        out.token_requests += r.token_requests
         out.latency_sum_ms += r.latency_sum_ms
         out.latency_n += r.latency_n
         out.util_sum += r.util_sum
@@ -141,7 +143,8 @@ def derive(t: Totals, seconds: float) -> dict:
         # host, and facility energy for carbon, which is what the grid supplied.
         "energy_per_inference_j": _ratio(t.energy_j, t.requests),
         "co2e_per_1k_inferences_g": _ratio(t.co2e_g, t.requests, 1000),
-        "energy_per_token_j": _ratio(t.energy_j, t.tokens),
+        # Only the energy share of the requests whose windows counted tokens.
+        "energy_per_token_j": _ratio(_ratio(t.energy_j * t.token_requests, t.requests), t.tokens),
         "cost_per_1k_inferences_usd": _ratio(t.cost_usd, t.requests, 1000),
         "simulated": t.simulated,
     }

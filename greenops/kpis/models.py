@@ -69,6 +69,8 @@ class KpiRollup(models.Model):
     success = models.BigIntegerField(default=0)
     failure = models.BigIntegerField(default=0)
     tokens = models.BigIntegerField(null=True)
+    # Requests in windows that reported tokens: energy per token uses only their share of energy.
+    token_requests = models.BigIntegerField(default=0)
     latency_sum_ms = models.FloatField(default=0)
     latency_n = models.BigIntegerField(default=0)
     latency_buckets = models.JSONField(default=dict)
@@ -94,9 +96,15 @@ class KpiRollup(models.Model):
 
     class Meta:
         ordering = ["bucket"]
+        # Two partial constraints rather than nulls_distinct=False, which SQLite (the embedded
+        # default) does not support and Django would silently drop there.
         constraints = [
             models.UniqueConstraint(fields=["team", "workload", "period", "bucket"],
-                                    name="kpi_rollup_key", nulls_distinct=False),
+                                    condition=models.Q(workload__isnull=False),
+                                    name="kpi_rollup_key"),
+            models.UniqueConstraint(fields=["team", "period", "bucket"],
+                                    condition=models.Q(workload__isnull=True),
+                                    name="kpi_rollup_team_key"),
         ]
         indexes = [models.Index(fields=["workload", "period", "bucket"], name="kpi_wl_bucket")]
 
