@@ -10,7 +10,7 @@ import pytest
 from greenops.costs.accounting import collect, team_costs
 from greenops.costs.catalog import host_price, hourly_price, is_stale
 from greenops.costs.models import INTERRUPTION_BANDS, HostCostConfig, Price, PriceMethod
-from greenops.telemetry.models import GpuHour
+from greenops.telemetry.models import GpuHour, Host
 from greenops.workloads.models import Workload
 from tests.conftest import make_host
 
@@ -40,10 +40,18 @@ def add_hours(gpu, n: int, util: float, *, end=END, kwh_per_hour: float = 0.3,
     ])
 
 
+def enrolled(host, at: dt.datetime, removed: dt.datetime | None = None) -> None:
+    """created_at is auto_now_add: set it (and removed_at) the way an old host has them."""
+    Host.objects.filter(pk=host.pk).update(created_at=at, removed_at=removed)
+    host.refresh_from_db()
+
+
 @pytest.fixture
 def busy_and_idle(team):
-    """p4d host (2 GPUs registered): GPU 0 at 80 % and GPU 1 at 2 % for the last 10 hours."""
+    """p4d host (2 GPUs registered, enrolled long before the windows used here): GPU 0 at 80 %
+    and GPU 1 at 2 % for the last 10 hours."""
     host, _ = make_host(team)
+    enrolled(host, END - dt.timedelta(days=90))
     g0, g1 = host.gpus.order_by("index")
     add_hours(g0, 10, 80.0)
     add_hours(g1, 10, 2.0, kwh_per_hour=0.06)
@@ -88,6 +96,60 @@ def test_reserved_host_pays_every_hour_and_old_prices_are_flagged_stale(busy_and
     assert row["price_stale"] is True
     assert row["price_as_of"].startswith("2025-05-31")
     assert "P4 instance page" in row["price_source"]
+
+
+def test_committed_host_is_billed_only_from_its_enrollment(busy_and_idle):
+    host, _, _ = busy_and_idle
+    host.purchase_option = "reserved"
+    host.save()
+    HostCostConfig.objects.create(host=host, term_years=1, payment="no_upfront")
+    set_price("p4d.24xlarge", "us-east-1", "reserved", "10", term_years=1, payment="no_upfront")
+    # enrolled 48.5 h before the window's end: the hour it joined counts, so 49 hours of 720
+    enrolled(host, END - dt.timedelta(hours=48, minutes=30))
+    [row] = team_costs(collect(host.team, 30, NOW))["hosts"]
+    assert row["billed_hours"] == 49 and row["running_hours"] == 10
+    assert row["cost_usd"] == pytest.approx(490.0)
+
+
+def test_removed_host_is_billed_only_until_its_removal(busy_and_idle):
+    host, g0, g1 = busy_and_idle
+    host.purchase_option = "reserved"
+    host.save()
+    HostCostConfig.objects.create(host=host, term_years=1, payment="no_upfront")
+    set_price("p4d.24xlarge", "us-east-1", "reserved", "10", term_years=1, payment="no_upfront")
+    GpuHour.objects.filter(gpu__host=host).delete()
+    add_hours(g0, 10, 80.0, end=END - dt.timedelta(hours=80))
+    # enrolled 10 days before the end, removed 72.5 h before it: the hours starting at END-240h
+    # up to END-73h, 168 of them (the data it reported falls inside them)
+    enrolled(host, END - dt.timedelta(days=10), END - dt.timedelta(hours=72, minutes=30))
+    [row] = team_costs(collect(host.team, 30, NOW))["hosts"]
+    assert row["billed_hours"] == 168 and row["running_hours"] == 10
+    assert row["cost_usd"] == pytest.approx(1680.0)
+
+
+def test_reported_hours_are_billed_even_before_a_late_enrollment_record(busy_and_idle):
+    # Data before created_at (a re-enrolled host replaying its spool): those hours ran, so
+    # they are paid, on top of the hours since enrollment.
+    host, _, _ = busy_and_idle
+    host.purchase_option = "reserved"
+    host.save()
+    HostCostConfig.objects.create(host=host, term_years=1, payment="no_upfront")
+    set_price("p4d.24xlarge", "us-east-1", "reserved", "10", term_years=1, payment="no_upfront")
+    enrolled(host, END - dt.timedelta(hours=4))  # reported the last 10 hours
+    [row] = team_costs(collect(host.team, 7, NOW))["hosts"]
+    assert row["billed_hours"] == 10 and row["cost_usd"] == pytest.approx(100.0)
+
+
+def test_on_prem_hardware_is_billed_only_while_the_host_existed(busy_and_idle):
+    host, _, _ = busy_and_idle
+    host.purchase_option, host.provider = "on_prem", "on_prem"
+    host.save()
+    HostCostConfig.objects.create(host=host, hardware_usd=Decimal("262800"),
+                                  amortisation_months=36)
+    enrolled(host, END - dt.timedelta(hours=24))
+    [row] = team_costs(collect(host.team, 7, NOW))["hosts"]
+    # 262800 / (36 x 730 h) = 10 $/h x 24 h
+    assert row["billed_hours"] == 24 and row["cost_usd"] == pytest.approx(240.0)
 
 
 def test_on_prem_host_is_amortised_hardware_plus_electricity(busy_and_idle):

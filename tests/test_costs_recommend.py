@@ -126,32 +126,86 @@ def test_missing_spot_price_claims_no_saving():
     assert r.monthly_usd_saved == 0.0 and r.detail == {"missing": "spot_price"}
 
 
+def test_spot_dearer_than_on_demand_is_not_recommended():
+    r = rec.spot_fit(TRAINER, 10.0, 12.0, "<5%", 730.0, 100.0, 400.0)
+    assert r.kind == "stay_on_demand" and "does not pay" in r.title
+    assert r.monthly_usd_saved == 0.0 and r.pct_saved == 0.0
+    # (10 - 12 x (1 + 0.05/730 x 25/60)) x 730 = (10 - 12.000342) x 730 = -1460.25 $/month
+    assert r.detail["net_monthly_usd"] == pytest.approx(-1460.25, abs=0.01)
+    assert r.kwh_per_month == 0.0
+    assert "$12.0000/h" in r.reasoning and "$10.0000/h" in r.reasoning
+
+
+def test_spot_cheaper_on_the_list_but_not_net_of_redone_work_does_not_pay():
+    # 0.99999 $/h spot, worst band, 30 min checkpoints: overhead 0.30/730 x 25/60 = 1.7123e-4
+    # -> 0.99999 x 1.00017123 = 1.000161 $/h, above 1.0 $/h on-demand
+    r = rec.spot_fit(TRAINER, 1.0, 0.99999, "", 730.0, 100.0, None)
+    assert r.kind == "stay_on_demand" and r.monthly_usd_saved == 0.0
+    assert r.detail["effective_usd_per_hour"] == pytest.approx(0.99999 * (1 + 0.3 / 730 * 25 / 60))
+
+
 def test_idle_on_demand_host_is_stopped():
-    # one T4... here a g5.xlarge idle for 48 h drawing 25 W; PUE 1.2, 400 g/kWh
-    r = rec.idle_gpus("gpu-1", "on_demand", 1.006, 1, 1, 48, 0.025, 1.2, 400.0)
+    # a g5.xlarge idle for 48 h drawing 25 W; PUE 1.2, 400 g/kWh; it ran every hour (730 h/mo)
+    r = rec.stop_idle("gpu-1", "on_demand", 1.006, 1, 48, 0.025, 1.2, 400.0, 730.0)
     assert r.kind == "stop_idle"
     assert r.monthly_usd_saved == pytest.approx(734.38)  # 1.006 x 730
     assert r.kwh_per_month == pytest.approx(-21.9)  # 0.025 kW x 730 h x 1.2
     assert r.co2e_kg_per_month == pytest.approx(-8.76)
 
 
+def test_stopping_saves_only_the_hours_the_host_runs():
+    # ran 72 of 168 h: 72 x 730/168 = 312.857 h a month, not 730
+    hours = 72 * 730 / 168
+    r = rec.stop_idle("gpu-1", "on_demand", 1.006, 1, 48, 0.025, 1.0, None, hours)
+    assert r.monthly_usd_saved == pytest.approx(1.006 * 312.857, rel=1e-5)
+    assert r.kwh_per_month == pytest.approx(-0.025 * 312.857, rel=1e-5)
+
+
 def test_idle_reserved_host_saves_energy_not_dollars():
-    r = rec.idle_gpus("gpu-1", "reserved", 19.22, 8, 8, 48, 0.4, 1.1, None)
+    r = rec.stop_idle("gpu-1", "reserved", 19.22, 8, 48, 0.4, 1.1, None, 730.0)
     assert r.kind == "stop_idle" and r.monthly_usd_saved == 0.0
     assert r.kwh_per_month == pytest.approx(-0.4 * 730 * 1.1)
     assert "commitment" in r.reasoning
 
 
-def test_partly_idle_host_is_consolidated():
-    r = rec.idle_gpus("gpu-1", "on_demand", OD, 8, 6, 48, 0.3, 1.0, None)
-    assert r.kind == "consolidate"
-    # 32.7726 / 8 = 4.096575 $/GPU-h x 6 GPUs x 730 h
-    assert r.monthly_usd_saved == pytest.approx(17942.9985, rel=1e-9)
-    assert r.pct_saved == pytest.approx(75.0)
+def load(name, idle, *, gpus=8, kw=0.3, usd=OD, hours=730.0):
+    return rec.HostLoad(name, gpus, idle, kw, usd, hours)
 
 
-def test_busy_host_has_no_idle_advice():
-    assert rec.idle_gpus("gpu-1", "on_demand", OD, 8, 0, 48, 0.0, 1.0, None) is None
+def test_one_partly_idle_host_claims_energy_not_a_share_of_its_price():
+    # 7 of 8 GPUs idle but no smaller instance to move to: the bill stays whole
+    r = rec.consolidate("gpu-1", "on_demand", [load("gpu-1", 7, kw=0.4)], 1.1, 400.0)
+    assert r.kind == "consolidate" and "onto fewer hosts" in r.title
+    assert r.monthly_usd_saved == 0.0 and r.pct_saved == 0.0
+    assert r.kwh_per_month == pytest.approx(-0.4 * 730 * 1.1)  # -321.2 kWh
+    assert r.co2e_kg_per_month == pytest.approx(-128.48)
+    assert r.detail["freed"] == []
+
+
+def test_consolidation_frees_a_whole_host_when_the_busy_gpus_fit_on_fewer():
+    # 3 p4d hosts with 8 GPUs: 4 + 3 + 6 = 13 busy GPUs fit on 2 hosts; one is freed. Hosts
+    # that run fewer hours are the ones freed (the smaller, surer saving): c, 365 h/month.
+    hosts = [load("a", 4, kw=0.2, hours=730.0), load("b", 5, kw=0.25, hours=500.0),
+             load("c", 2, kw=0.1, hours=365.0)]
+    r = rec.consolidate("p4d.24xlarge in us-east-1", "on_demand", hosts, 1.0, None)
+    assert r.detail["freed"] == ["c"]
+    # 32.7726 $/h x 365 h = 11962.00 $/month of a total 32.7726 x 1595 = 52272.30
+    assert r.monthly_usd_saved == pytest.approx(32.7726 * 365)
+    assert r.pct_saved == pytest.approx(365 / 1595 * 100)
+    # 11 idle GPUs draw 0.55 kW, 0.05 kW each; 8 of them go: 0.4 kW x 365 h
+    assert r.kwh_per_month == pytest.approx(-0.4 * 365)
+    assert r.co2e_kg_per_month is None
+
+
+def test_consolidating_committed_hosts_saves_no_dollars():
+    hosts = [load("a", 6, usd=19.22), load("b", 6, usd=19.22)]
+    r = rec.consolidate("x", "reserved", hosts, 1.0, None)
+    assert r.detail["freed"] == ["b"] and r.monthly_usd_saved == 0.0
+    assert "commitment" in r.reasoning
+
+
+def test_busy_hosts_get_no_consolidation_advice():
+    assert rec.consolidate("gpu-1", "on_demand", [load("gpu-1", 0)], 1.0, None) is None
 
 
 G5 = {name: rec.InstanceOffer(name, "NVIDIA A10G", n, 24, usd) for name, n, usd in

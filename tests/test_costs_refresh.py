@@ -162,8 +162,8 @@ def test_failed_refresh_keeps_the_last_good_prices():
     before = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="on_demand")
     pricing, ec2 = clients()
     with Stubber(pricing) as ps, Stubber(ec2) as es:
-        ps.add_response("get_products", {"FormatVersion": "aws_v1",
-                                         "PriceList": [price_list_item()]})
+        ps.add_client_error("get_products", service_error_code="ThrottlingException",
+                            service_message="Rate exceeded", http_status_code=400)
         es.add_client_error("describe_spot_price_history",
                             service_error_code="RequestLimitExceeded",
                             service_message="Request limit exceeded.", http_status_code=503)
@@ -171,6 +171,8 @@ def test_failed_refresh_keeps_the_last_good_prices():
                                   now=NOW)
     assert log.status == PriceRefresh.Status.FAILED
     assert "RequestLimitExceeded" in log.message and "previous prices are kept" in log.message
+    assert "ThrottlingException" in log.message
+    assert [p["status"] for p in log.parts] == ["failed", "failed"]
     after = Price.objects.get(pk=before.pk)
     assert (after.usd_per_hour, after.as_of, after.method) == (
         before.usd_per_hour, before.as_of, PriceMethod.SNAPSHOT)
@@ -254,3 +256,129 @@ def test_refresh_reads_ec2_instance_savings_plan_rates():
     three = Price.objects.get(instance_type="g5.xlarge", region="us-east-1",
                               option="savings_plan", term_years=3, payment="all_upfront")
     assert three.usd_per_hour == Decimal("0.39")
+
+
+def test_products_outside_aws_regions_are_left_out():
+    # Local Zones and Wavelength Zones carry a regionCode too (their parent region) but a
+    # different, higher price: they must not overwrite the region's price.
+    doc = json.loads(price_list_item())
+    doc["product"]["attributes"]["locationType"] = "AWS Local Zone"
+    doc["product"]["attributes"]["location"] = "US East (Boston)"
+    assert aws_refresh.parse_price_list_item(json.dumps(doc)) == []
+    del doc["product"]["attributes"]["locationType"]
+    assert aws_refresh.parse_price_list_item(json.dumps(doc)) == []
+
+
+def ec2_client(region: str):
+    return boto3.client("ec2", region_name=region, aws_access_key_id="x",
+                        aws_secret_access_key="x")
+
+
+@pytest.mark.django_db
+def test_one_failing_spot_region_does_not_stop_the_other_parts():
+    pricing, east = clients()
+    cape = ec2_client("af-south-1")
+    with Stubber(pricing) as ps, Stubber(east) as es, Stubber(cape) as cs:
+        ps.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": [
+            price_list_item(), price_list_item(region="af-south-1")]})
+        es.add_response("describe_spot_price_history", {"SpotPriceHistory": spot_rows()})
+        cs.add_client_error("describe_spot_price_history", service_error_code="AuthFailure",
+                            service_message="AWS was not able to validate the credentials",
+                            http_status_code=401)
+        log = aws_refresh.refresh(pricing, {"us-east-1": east, "af-south-1": cape},
+                                  instance_types=["g5.xlarge"], now=NOW)
+    assert log.status == PriceRefresh.Status.PARTIAL
+    # 4 list offers per region (on-demand, RI 1y no/all upfront, RI 3y) + 1 us-east-1 spot
+    assert log.prices_updated == 9
+    parts = {p["part"]: p for p in log.parts}
+    assert parts["price_list"] == {"part": "price_list", "status": "done", "prices": 8,
+                                   "error": ""}
+    assert parts["spot us-east-1"]["status"] == "done" and parts["spot us-east-1"]["prices"] == 1
+    assert parts["spot af-south-1"]["status"] == "failed"
+    assert "AuthFailure" in parts["spot af-south-1"]["error"]
+    assert "spot af-south-1" in log.message and "AuthFailure" in log.message
+    cape_od = Price.objects.get(region="af-south-1", instance_type="g5.xlarge",
+                                option="on_demand")
+    assert cape_od.usd_per_hour == Decimal("1.006") and cape_od.as_of == NOW
+    assert Price.objects.get(region="us-east-1", instance_type="g5.xlarge",
+                             option="spot").usd_per_hour == Decimal("0.38")
+    assert not Price.objects.filter(region="af-south-1", option="spot").exists()
+
+
+@pytest.mark.django_db
+def test_a_part_writes_all_its_prices_or_none():
+    pricing, ec2 = clients()
+    rows = spot_rows()
+    # A second instance type (written after g5.xlarge) whose price overflows the column: its
+    # write fails, and the g5.xlarge row of the same region's part must roll back with it.
+    rows.append({"AvailabilityZone": "us-east-1a", "InstanceType": "g6.xlarge",
+                 "ProductDescription": "Linux/UNIX", "SpotPrice": "123456789.000000",
+                 "Timestamp": NOW - dt.timedelta(hours=1)})
+    with Stubber(pricing) as ps, Stubber(ec2) as es:
+        ps.add_response("get_products", {"FormatVersion": "aws_v1",
+                                         "PriceList": [price_list_item()]})
+        ps.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []})
+        es.add_response("describe_spot_price_history", {"SpotPriceHistory": rows})
+        log = aws_refresh.refresh(pricing, {"us-east-1": ec2},
+                                  instance_types=["g5.xlarge", "g6.xlarge"], now=NOW)
+    assert log.status == PriceRefresh.Status.PARTIAL
+    assert [(p["part"], p["status"]) for p in log.parts] == [
+        ("price_list", "done"), ("spot us-east-1", "failed")]
+    assert not Price.objects.filter(option="spot", method=PriceMethod.SPOT_HISTORY).exists()
+    assert Price.objects.get(region="us-east-1", instance_type="g5.xlarge",
+                             option="on_demand").as_of == NOW
+
+
+@pytest.mark.django_db
+def test_spot_is_queried_only_where_the_catalog_has_gpu_on_demand_prices():
+    # A non-GPU price in sa-east-1 does not make that region worth a spot query.
+    Price.objects.create(provider="aws", region="sa-east-1", instance_type="m5.large",
+                         option="on_demand", usd_per_hour=Decimal("0.153"),
+                         method=PriceMethod.PRICE_LIST_API, source="test", as_of=NOW)
+    asked: list[str] = []
+    stubs = []
+
+    def client_for(region: str):
+        asked.append(region)
+        client = ec2_client(region)
+        stub = Stubber(client)
+        stub.add_response("describe_spot_price_history", {"SpotPriceHistory": []})
+        stub.activate()
+        stubs.append(stub)
+        return client
+
+    pricing, _ = clients()
+    with Stubber(pricing) as ps:
+        for _ in range(2):  # one get_products query per instance type
+            ps.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []})
+        log = aws_refresh.refresh(pricing, client_for, instance_types=["g5.xlarge", "m5.large"],
+                                  now=NOW)
+    for stub in stubs:
+        stub.deactivate()
+    assert log.status == PriceRefresh.Status.DONE, log.message
+    # g5.xlarge has on-demand rows in these five regions of the bundled snapshot
+    assert asked == ["ap-northeast-1", "eu-central-1", "eu-west-1", "us-east-1", "us-west-2"]
+    # a configured list wins over the catalog
+    asked.clear()
+    with Stubber(pricing) as ps:
+        ps.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []})
+        aws_refresh.refresh(pricing, client_for, instance_types=["g5.xlarge"],
+                            spot_regions=["us-west-2"], now=NOW)
+    assert asked == ["us-west-2"]
+
+
+@pytest.mark.django_db
+def test_spot_as_of_is_when_the_refresh_saw_it_not_the_last_change():
+    # AWS answers with the price in effect at StartTime: a price that has not moved for days
+    # carries an old timestamp although it is today's price.
+    pricing, ec2 = clients()
+    with Stubber(pricing) as ps, Stubber(ec2) as es:
+        ps.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []})
+        es.add_response("describe_spot_price_history", {"SpotPriceHistory": spot_rows()})
+        aws_refresh.refresh(pricing, {"us-east-1": ec2}, instance_types=["g5.xlarge"], now=NOW)
+    spot = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="spot")
+    assert spot.as_of == NOW
+    assert not catalog.is_stale(spot, NOW + dt.timedelta(days=2))
+    # the cheapest zone (us-east-1b) last changed at 2026-11-29 02:00 (its third point)
+    assert spot.detail["last_change_at"] == "2026-11-29T02:00:00+00:00"
+    assert "last changed 2026-11-29 02:00 UTC" in spot.detail["note"]

@@ -120,8 +120,9 @@ def test_gpu_idle_for_days_is_stopped(client, users, team):
         "recommendations"]
     stop = next(r for r in recs if r["kind"] == "stop_idle")
     assert stop["subject"] == host.name
-    assert stop["monthly_usd_saved"] == pytest.approx(32.7726 * 730)
-    # 2 GPUs x 0.05 kW x 730 h, PUE and intensity from the carbon app
+    # it ran 72 of the week's 168 hours: 72 x 730/168 = 312.86 h a month, not 730
+    assert stop["monthly_usd_saved"] == pytest.approx(32.7726 * 72 * 730 / 168)
+    # 2 GPUs x 0.05 kW x 312.86 h, PUE and intensity from the carbon app
     assert stop["kwh_per_month"] < 0
 
 
@@ -189,3 +190,19 @@ def test_recommendation_on_snapshot_prices_is_marked_stale(client, users, team):
     assert "refresh prices before acting" in commit["reasoning"]
     # the P4 page's rates have no stated payment option and are labelled so
     assert "Reserved instance 3y effective rate, payment not stated" in commit["title"]
+
+
+def test_page_names_the_parts_a_partial_refresh_missed(client, users, team):
+    from greenops.costs.models import PriceRefresh
+
+    PriceRefresh.objects.create(
+        status=PriceRefresh.Status.PARTIAL, prices_updated=9, finished_at=timezone.now(),
+        message="2 of 3 parts refreshed, 9 prices updated.",
+        parts=[{"part": "price_list", "status": "done", "prices": 8, "error": ""},
+               {"part": "spot us-east-1", "status": "done", "prices": 1, "error": ""},
+               {"part": "spot af-south-1", "status": "failed", "prices": 0,
+                "error": "ClientError: AuthFailure"}])
+    client.force_login(users["member"])
+    html = client.get(f"/teams/{team.slug}/costs/?lookback=7").content.decode()
+    assert "partial" in html
+    assert "1 part(s) not refreshed: spot af-south-1" in html

@@ -1,8 +1,9 @@
 """Cost accounting: host-hours x price -> per host, team, workload and training job; idle cost.
 
 Usage comes from GpuHour rollups (never raw samples). A host counts as running in an hour when
-any of its GPUs reported in that hour. Commitments (reserved, savings plan) are paid for every
-hour of the window whether the host ran or not; on-demand and spot only for hours it ran.
+any of its GPUs reported in that hour. Commitments (reserved, savings plan) and on-premises
+hardware are paid for every hour of the window the host existed (from its enrollment to its
+removal) whether it ran or not; on-demand and spot only for hours it ran.
 """
 
 from __future__ import annotations
@@ -80,9 +81,27 @@ class HostCost:
         return self.price.usd_per_hour / self.gpu_count
 
 
+def existing_hours(host: Host, start: dt.datetime, end: dt.datetime) -> set[dt.datetime]:
+    """The window's hour buckets in which the host existed for at least part of the hour:
+    a commitment or owned hardware is not ours to pay before enrollment or after removal."""
+    hour = dt.timedelta(hours=1)
+    first = start
+    if host.created_at is not None and host.created_at > start:
+        # the hour it was enrolled in counts whole, as AWS bills a started hour
+        first = max(start, host.created_at.replace(minute=0, second=0, microsecond=0))
+    last = min(end, host.removed_at) if host.removed_at is not None else end
+    out = set()
+    b = first
+    while b < last:
+        out.add(b)
+        b += hour
+    return out
+
+
 def cost_of_hours(price: HourlyPrice, running_hours: int, window_hours: int,
                   energy_kwh: float) -> tuple[float, int]:
-    """(cost in $, billed hours) for one host. Energy matters only on premises, where the
+    """(cost in $, billed hours) for one host. `window_hours` is what a commitment pays for:
+    the hours of the window the host existed. Energy matters only on premises, where the
     electricity bill is ours: GPU energy x PUE x $/kWh (CPU and cooling beyond PUE not counted)."""
     billed = window_hours if price.option in COMMITTED else running_hours
     cost = billed * price.usd_per_hour
@@ -94,14 +113,16 @@ def cost_of_hours(price: HourlyPrice, running_hours: int, window_hours: int,
 def host_costs(hosts: list[Host], usage: dict[int, GpuUsage], start: dt.datetime,
                end: dt.datetime, idle_threshold_pct: float = IDLE_UTIL_PCT,
                now: dt.datetime | None = None) -> list[HostCost]:
-    window_hours = int((end - start).total_seconds() // 3600)
     by_host: dict[int, list[GpuUsage]] = defaultdict(list)
     for u in usage.values():
         by_host[u.host_id].append(u)
     out = []
     for host in hosts:
         gpus = by_host.get(host.id, [])
-        running = len({b for g in gpus for b in g.hours})
+        ran = {b for g in gpus for b in g.hours}
+        running = len(ran)
+        # Hours it reported count as existing too (data replayed from before a re-enrollment).
+        window_hours = len(existing_hours(host, start, end) | ran)
         energy = sum(g.energy_kwh for g in gpus)
         result = host_price(host, now)
         price = result if isinstance(result, HourlyPrice) else None
@@ -184,7 +205,8 @@ def team_costs(tu: TeamUsage, idle_threshold_pct: float = IDLE_UTIL_PCT) -> dict
         "start": tu.start.isoformat(),
         "end": tu.end.isoformat(),
         "method": "host-hours from GPU hourly rollups x catalog price for the host's purchase "
-                  "option; commitments billed for every hour of the window",
+                  "option; commitments and owned hardware billed for every hour of the window "
+                  "the host existed",
         # No total when a host has no price: a partial sum shown as the total would be wrong.
         "total_cost_usd": sum(r.cost_usd for r in priced) if not problems else None,
         "priced_cost_usd": sum(r.cost_usd for r in priced),

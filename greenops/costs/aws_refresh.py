@@ -1,7 +1,9 @@
 """Refreshing AWS prices with boto3: the Price List API and EC2 spot price history.
 
 Parsing is separate from fetching so tests feed real-shaped responses through botocore's
-Stubber. The whole refresh is one transaction: if any call fails, the last good prices stay.
+Stubber. A refresh is made of parts (list prices, savings plans, spot per region), each fetched
+and then written in its own transaction: a part that fails keeps its last good prices and is
+recorded with its error, and the other parts still write theirs.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ import datetime as dt
 import json
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.utils import timezone
@@ -57,6 +60,10 @@ def parse_price_list_item(item: str | dict) -> list[ParsedOffer]:
     reserved offers. Upfront fees are spread over the term so every offer is an effective $/h."""
     doc = json.loads(item) if isinstance(item, str) else item
     attrs = doc["product"]["attributes"]
+    # Local Zones and Wavelength Zones carry their parent's regionCode at their own, higher
+    # prices: only the region's own products may write the region's price.
+    if attrs.get("locationType") != "AWS Region":
+        return []
     region = attrs["regionCode"]
     itype = attrs["instanceType"]
     published = dt.datetime.fromisoformat(doc["publicationDate"].replace("Z", "+00:00")) \
@@ -234,11 +241,15 @@ def save_offers(offers: list[ParsedOffer], now: dt.datetime) -> int:
     return len(offers)
 
 
-def save_spot(summaries: list[SpotSummary], lookback: dt.timedelta) -> int:
+def save_spot(summaries: list[SpotSummary], lookback: dt.timedelta, now: dt.datetime) -> int:
+    """`as_of` is when this refresh saw the price: AWS reports the price in effect at the
+    lookback's start with the time it last changed, so a steady price would otherwise look as
+    old as its last change. That time stays in the detail."""
     for s in summaries:
         existing = Price.objects.filter(provider="aws", region=s.region,
                                         instance_type=s.instance_type,
                                         option=PriceOption.SPOT).first()
+        changed = s.latest_at.astimezone(dt.UTC)
         Price.objects.update_or_create(
             provider="aws", region=s.region, instance_type=s.instance_type,
             option=PriceOption.SPOT, term_years=None, payment="",
@@ -249,40 +260,85 @@ def save_spot(summaries: list[SpotSummary], lookback: dt.timedelta) -> int:
                 "interruption_band": existing.interruption_band if existing else "",
                 "method": PriceMethod.SPOT_HISTORY,
                 "source": f"{SPOT_SOURCE}, median over {lookback.days} days in {s.zone}",
-                "as_of": s.latest_at,
-                "detail": {"zone": s.zone, "zones": s.per_zone},
+                "as_of": now,
+                "detail": {"zone": s.zone, "zones": s.per_zone,
+                           "last_change_at": changed.isoformat(),
+                           "note": f"observed {now.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC; "
+                                   f"price in {s.zone} last changed "
+                                   f"{changed:%Y-%m-%d %H:%M} UTC"},
             },
         )
     return len(summaries)
 
 
-def refresh(pricing_client, ec2_clients: dict, savings_plans_client=None, *,
-            instance_types: list[str] | None = None,
+T = TypeVar("T")
+
+
+def run_part(name: str, fetch: Callable[[], T], save: Callable[[T], int]) -> dict:
+    """Fetch, then write in one transaction: all of a part's prices or none of them."""
+    try:
+        data = fetch()
+        with transaction.atomic():
+            written = save(data)
+    except Exception as exc:  # noqa: BLE001 -- one part's failure must not stop the others
+        return {"part": name, "status": "failed", "prices": 0,
+                "error": f"{type(exc).__name__}: {exc}"[:500]}
+    return {"part": name, "status": "done", "prices": written, "error": ""}
+
+
+def gpu_on_demand_regions(instance_types: Iterable[str]) -> list[str]:
+    """Regions where the catalog has an on-demand price for one of these GPU instance types:
+    the only places a spot price is worth asking for (and where the credentials are likely to
+    be enabled; opt-in regions answer AuthFailure)."""
+    gpu_types = InstanceType.objects.filter(provider="aws", name__in=list(instance_types),
+                                            gpu_count__gt=0).values("name")
+    return sorted(set(Price.objects.filter(
+        provider="aws", option=PriceOption.ON_DEMAND, instance_type__in=gpu_types,
+    ).values_list("region", flat=True)))
+
+
+def refresh(pricing_client, ec2_clients: Mapping[str, Any] | Callable[[str], Any],
+            savings_plans_client=None, *, instance_types: list[str] | None = None,
+            spot_regions: Iterable[str] | None = None,
             spot_lookback: dt.timedelta = dt.timedelta(days=7),
             now: dt.datetime | None = None) -> PriceRefresh:
-    """Fetch everything first, then write in one transaction; any failure leaves the catalog
-    as it was and records why."""
+    """Refresh part by part. `ec2_clients` is a client per region, or a function making one.
+    Spot is asked for in `spot_regions` when given, else in the regions with GPU on-demand
+    prices once the list prices are written (with a mapping, only among its regions)."""
     now = now or timezone.now()
     log = PriceRefresh.objects.create(started_at=now)
     types = instance_types or list(
         InstanceType.objects.filter(provider="aws").values_list("name", flat=True))
-    try:
-        offers = fetch_price_list(pricing_client, types)
-        if savings_plans_client is not None:
-            offers += fetch_savings_plan_rates(savings_plans_client, types)
-        spot: list[SpotSummary] = []
-        for region, client in ec2_clients.items():
-            spot.extend(summarise_spot(region, fetch_spot_history(
-                client, types, now - spot_lookback)))
-        with transaction.atomic():
-            n = save_offers(offers, now) + save_spot(spot, spot_lookback)
-    except Exception as exc:  # noqa: BLE001 -- any failure must keep the last good prices
-        log.status = PriceRefresh.Status.FAILED
-        log.message = f"{type(exc).__name__}: {exc}; the previous prices are kept."
-    else:
-        log.status = PriceRefresh.Status.DONE
-        log.prices_updated = n
-        log.message = f"{len(offers)} list prices and {len(spot)} spot prices updated."
+    parts = [run_part("price_list", lambda: fetch_price_list(pricing_client, types),
+                      lambda offers: save_offers(offers, now))]
+    if savings_plans_client is not None:
+        parts.append(run_part(
+            "savings_plans", lambda: fetch_savings_plan_rates(savings_plans_client, types),
+            lambda offers: save_offers(offers, now)))
+    regions = list(spot_regions) if spot_regions is not None else gpu_on_demand_regions(types)
+    if isinstance(ec2_clients, Mapping):
+        regions = [r for r in regions if r in ec2_clients]
+    for region in regions:
+        def fetch(region: str = region) -> list[SpotSummary]:
+            client = ec2_clients[region] if isinstance(ec2_clients, Mapping) \
+                else ec2_clients(region)
+            return summarise_spot(region, fetch_spot_history(client, types, now - spot_lookback))
+        parts.append(run_part(f"spot {region}", fetch,
+                              lambda summaries: save_spot(summaries, spot_lookback, now)))
+    _finish(log, parts)
+    return log
+
+
+def _finish(log: PriceRefresh, parts: list[dict]) -> None:
+    failed = [p for p in parts if p["status"] == "failed"]
+    done = len(parts) - len(failed)
+    log.parts = parts
+    log.prices_updated = sum(p["prices"] for p in parts)
+    log.status = (PriceRefresh.Status.DONE if not failed else
+                  PriceRefresh.Status.FAILED if not done else PriceRefresh.Status.PARTIAL)
+    log.message = f"{done} of {len(parts)} parts refreshed, {log.prices_updated} prices updated."
+    if failed:
+        log.message += " Failed: " + "; ".join(f"{p['part']} ({p['error']})" for p in failed) \
+            + ". For those, the previous prices are kept."
     log.finished_at = timezone.now()
     log.save()
-    return log

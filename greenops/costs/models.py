@@ -86,12 +86,20 @@ class Price(models.Model):
 
     class Meta:
         ordering = ["provider", "region", "instance_type", "option", "term_years", "payment"]
+        # Two conditional constraints rather than one with nulls_distinct=False: SQLite (the
+        # embedded default) ignores nulls_distinct and would drop the constraint (models.W047);
+        # partial unique indexes hold on both SQLite and PostgreSQL.
         constraints = [
             models.UniqueConstraint(
+                fields=["provider", "region", "instance_type", "option", "payment"],
+                condition=models.Q(term_years__isnull=True),
+                name="one_price_per_offer_without_term",
+            ),
+            models.UniqueConstraint(
                 fields=["provider", "region", "instance_type", "option", "term_years", "payment"],
-                nulls_distinct=False,
-                name="one_price_per_offer",
-            )
+                condition=models.Q(term_years__isnull=False),
+                name="one_price_per_offer_with_term",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -135,6 +143,7 @@ class PriceRefresh(models.Model):
     class Status(models.TextChoices):
         RUNNING = "running"
         DONE = "done"
+        PARTIAL = "partial", "Partial: some parts failed"
         FAILED = "failed"
         SKIPPED = "skipped"
 
@@ -143,6 +152,13 @@ class PriceRefresh(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
     prices_updated = models.PositiveIntegerField(default=0)
     message = models.TextField(blank=True)
+    # One entry per part (list prices, savings plans, spot per region), each written on its
+    # own: {"part", "status": done|failed, "prices", "error"}.
+    parts = models.JSONField(default=list, blank=True)
+
+    @property
+    def failed_parts(self) -> list[dict]:
+        return [p for p in self.parts if p.get("status") == "failed"]
 
     class Meta:
         ordering = ["-started_at"]

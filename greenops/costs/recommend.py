@@ -169,6 +169,21 @@ def spot_fit(w: WorkloadTraits, on_demand_usd_per_hour: float, spot_usd_per_hour
     risk = {"<5%": "low", "5-10%": "low", "10-15%": "medium"}.get(used_band, "high")
     lost = (f"half a {w.checkpoint_interval_min}-minute checkpoint interval"
             if w.checkpoint_interval_min else "the batch items in flight")
+    detail = {"overhead_share": overhead, "effective_usd_per_hour": effective,
+              "band": used_band, "band_assumed": not band_known, "net_monthly_usd": saved}
+    if saved <= 0:
+        # Spot can cost more than on-demand (a scarce type in a busy zone), and the redone
+        # work can eat a thin discount: a loss is never advice to move.
+        return Recommendation(
+            "stay_on_demand", w.name, f"Spot does not pay for {w.name}", 0.0, 0.0, "low", 0.0,
+            0.0,
+            f"{w.name} could run on spot, but spot at ${spot_usd_per_hour:.4f}/h plus "
+            f"{overhead:.3%} redone work (interruption band {used_band}"
+            f"{'' if band_known else ', assumed'}) comes to ${effective:.4f}/h against "
+            f"${on_demand_usd_per_hour:.4f}/h on-demand: it would cost "
+            f"${-saved:.2f} more a month. Stay on on-demand.",
+            detail=detail,
+        )
     return Recommendation(
         "spot", w.name, f"Run {w.name} on spot", saved, saved / od_monthly * 100 if od_monthly
         else 0.0, risk, extra_kwh, co2e_kg(extra_kwh, intensity_g_per_kwh),
@@ -177,41 +192,93 @@ def spot_fit(w: WorkloadTraits, on_demand_usd_per_hour: float, spot_usd_per_hour
         f"{'' if band_known else ' (assumed: no Spot Instance Advisor band known)'} each "
         f"interruption loses {lost} plus {RESTART_MIN:.0f} minutes to restart, "
         f"{overhead:.3%} extra run time, which also costs that much more energy.",
-        detail={"overhead_share": overhead, "effective_usd_per_hour": effective,
-                "band": used_band, "band_assumed": not band_known},
+        detail=detail,
     )
 
 
-def idle_gpus(host: str, option: str, host_usd_per_hour: float | None, gpu_count: int,
-              idle_gpu_count: int, idle_hours: int, idle_kw: float, pue: float,
-              intensity_g_per_kwh: float | None) -> Recommendation | None:
-    """GPUs under the idle threshold for every one of the last `idle_hours` hours. A fully idle
-    host should be stopped; partly idle ones consolidated. `idle_kw` is the measured draw of the
-    idle GPUs together."""
-    if idle_gpu_count == 0 or not gpu_count:
-        return None
-    kwh = -idle_kw * HOURS_PER_MONTH * pue
-    per_gpu = (host_usd_per_hour or 0.0) / gpu_count
+def stop_idle(host: str, option: str, host_usd_per_hour: float | None, gpu_count: int,
+              idle_hours: int, idle_kw: float, pue: float, intensity_g_per_kwh: float | None,
+              instance_hours_per_month: float) -> Recommendation:
+    """Every GPU of the host under the idle threshold for each of the last `idle_hours` hours.
+    Stopping saves the hours the host actually runs (`instance_hours_per_month`, measured and
+    scaled to a month), not a full month; `idle_kw` is the measured draw of its GPUs."""
+    kwh = -idle_kw * instance_hours_per_month * pue
     # A commitment is paid whether the host runs or not: stopping saves energy, not dollars.
     pays_per_hour = option in ("on_demand", "spot")
-    if idle_gpu_count == gpu_count:
-        saved = (host_usd_per_hour or 0.0) * HOURS_PER_MONTH if pays_per_hour else 0.0
-        return Recommendation(
-            "stop_idle", host, f"Stop {host}: its GPUs have been idle for {idle_hours} hours",
-            saved, 100.0 if saved else 0.0, "low", kwh, co2e_kg(kwh, intensity_g_per_kwh),
-            f"All {gpu_count} GPU(s) of {host} stayed under the idle threshold for the last "
-            f"{idle_hours} hours while drawing {idle_kw * 1000:.0f} W."
-            + ("" if pays_per_hour else " It is on a commitment, so stopping saves energy and "
-               "CO2e but not dollars; move other work onto it instead."),
-        )
-    saved = per_gpu * idle_gpu_count * HOURS_PER_MONTH if pays_per_hour else 0.0
+    saved = (host_usd_per_hour or 0.0) * instance_hours_per_month if pays_per_hour else 0.0
     return Recommendation(
-        "consolidate", host, f"Consolidate {host}: {idle_gpu_count} of {gpu_count} GPUs idle",
-        saved, idle_gpu_count / gpu_count * 100 if saved else 0.0, "medium", kwh,
-        co2e_kg(kwh, intensity_g_per_kwh),
-        f"{idle_gpu_count} of {gpu_count} GPU(s) on {host} stayed idle for the last "
-        f"{idle_hours} hours. Packing the work onto fewer GPUs (a smaller instance, or other "
-        "work on these) frees their share of the price and their idle draw.",
+        "stop_idle", host, f"Stop {host}: its GPUs have been idle for {idle_hours} hours",
+        saved, 100.0 if saved else 0.0, "low", kwh, co2e_kg(kwh, intensity_g_per_kwh),
+        f"All {gpu_count} GPU(s) of {host} stayed under the idle threshold for the last "
+        f"{idle_hours} hours while drawing {idle_kw * 1000:.0f} W; it runs about "
+        f"{instance_hours_per_month:.0f} h a month."
+        + ("" if pays_per_hour else " It is on a commitment, so stopping saves energy and "
+           "CO2e but not dollars; move other work onto it instead."),
+    )
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """One host of a consolidation group (same instance type, region and purchase option)."""
+
+    name: str
+    gpu_count: int
+    idle_gpu_count: int  # idle in every one of the last hours checked
+    idle_kw: float  # measured draw of the idle GPUs together
+    usd_per_hour: float
+    hours_per_month: float  # measured running hours scaled to a month
+
+
+def consolidate(subject: str, option: str, hosts: list[HostLoad], pue: float,
+                intensity_g_per_kwh: float | None) -> Recommendation | None:
+    """Partly idle hosts with no smaller instance to move to (the caller tries rightsizing
+    first). An instance is billed whole, so idle GPUs save dollars only when the busy GPUs of
+    the group fit on fewer hosts and a whole host can be stopped; otherwise only the idle
+    GPUs' energy is claimed. None when no GPU is idle."""
+    idle_gpus = sum(h.idle_gpu_count for h in hosts)
+    if not idle_gpus:
+        return None
+    busy = sum(h.gpu_count - h.idle_gpu_count for h in hosts)
+    # Keep the largest hosts, and among equals the dearest to run: the hosts freed are then
+    # the smaller, surer saving.
+    ranked = sorted(hosts, key=lambda h: (-h.gpu_count, -h.usd_per_hour * h.hours_per_month,
+                                          h.name))
+    kept, capacity = 0, 0
+    while capacity < busy:
+        capacity += ranked[kept].gpu_count
+        kept += 1
+    freed = ranked[kept:]
+    pays_per_hour = option in ("on_demand", "spot")
+    total_usd = sum(h.usd_per_hour * h.hours_per_month for h in hosts)
+    names = ", ".join(h.name for h in hosts)
+    risk = "medium"
+    if freed:
+        saved = sum(h.usd_per_hour * h.hours_per_month for h in freed) if pays_per_hour else 0.0
+        # The GPUs switched off are the idle capacity that disappears, at the measured idle draw.
+        kw_per_idle_gpu = sum(h.idle_kw for h in hosts) / idle_gpus
+        kwh = -sum(kw_per_idle_gpu * h.gpu_count * h.hours_per_month for h in freed) * pue
+        freed_names = ", ".join(h.name for h in freed)
+        title = (f"Consolidate workloads onto fewer hosts: free {len(freed)} of {len(hosts)} "
+                 f"({subject})")
+        why = (f"{busy} GPU(s) are busy across {names} ({idle_gpus} idle for days); they fit on "
+               f"{kept} host(s), so {freed_names} can be stopped once its work moves.")
+        if not pays_per_hour:
+            why += (" These hosts are on a commitment, so stopping one saves energy and CO2e "
+                    "but not dollars until the commitment ends.")
+    else:
+        saved, kwh = 0.0, -sum(h.idle_kw * h.hours_per_month for h in hosts) * pue
+        title = f"Consolidate workloads onto fewer hosts ({subject})"
+        why = (f"{idle_gpus} GPU(s) on {names} stayed idle for days, but the busy GPUs need "
+               "every host and no smaller instance of this GPU family in the catalog fits the "
+               "work, so no dollars are claimed: the instance is billed whole. The energy "
+               "figure is the idle GPUs' measured draw, put to use by moving work from other "
+               "hosts onto them.")
+    return Recommendation(
+        "consolidate", subject, title, saved,
+        saved / total_usd * 100 if saved and total_usd else 0.0, risk, kwh,
+        co2e_kg(kwh, intensity_g_per_kwh), why,
+        detail={"hosts": [h.name for h in hosts], "freed": [h.name for h in freed],
+                "busy_gpus": busy, "idle_gpus": idle_gpus},
     )
 
 

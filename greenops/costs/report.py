@@ -99,19 +99,41 @@ def _commitments(tu: TeamUsage, od_rows: list[HostCost], now) -> list[dict]:
     return out
 
 
-def _workload_hosts(tu: TeamUsage, workload) -> list[HostCost]:
-    ids = set(workload.gpu_queryset().values_list("host_id", flat=True))
-    return [r for r in tu.rows if r.host.id in ids]
+def _gpu_shares(tu: TeamUsage) -> tuple[dict[int, dict[int, float]], dict[int, set[str]]]:
+    """Per workload: its share of each host, as the host's GPUs it runs on over the host's GPU
+    count, each GPU split evenly among the workloads that claim it, so that the workloads on
+    one host never claim more than the whole host between them. Also which workloads are on
+    each host."""
+    gpu_host = {g.id: h.id for h in tu.hosts for g in h.gpus.all()}
+    gpu_count = {r.host.id: r.gpu_count for r in tu.rows}
+    claims: dict[int, list] = defaultdict(list)
+    for w in tu.team.workloads.all():
+        for gpu_id in w.gpu_queryset().values_list("id", flat=True):
+            claims[gpu_id].append(w)
+    shares: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    on_host: dict[int, set[str]] = defaultdict(set)
+    for gpu_id, ws in claims.items():
+        host_id = gpu_host.get(gpu_id)
+        if host_id is None or not gpu_count.get(host_id):
+            continue
+        for w in ws:
+            shares[w.id][host_id] += 1 / len(ws) / gpu_count[host_id]
+            on_host[host_id].add(w.name)
+    return shares, on_host
 
 
 def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
+    """Spot per workload, sized by the workload's share of each host. Spot is bought per
+    machine, so a workload sharing a host is told who else would move with it."""
     out = []
     to_month = HOURS_PER_MONTH / tu.window_hours
+    shares, on_host = _gpu_shares(tu)
     for w in tu.team.workloads.all():
         traits = rec.WorkloadTraits(w.name, w.kind, w.interruptible, w.checkpoint_interval_min,
                                     w.latency_critical)
-        rows = [r for r in _workload_hosts(tu, w)
-                if r.price is not None and r.host.purchase_option == PurchaseOption.ON_DEMAND]
+        share = shares.get(w.id, {})
+        rows = [r for r in tu.rows if share.get(r.host.id) and r.price is not None
+                and r.host.purchase_option == PurchaseOption.ON_DEMAND]
         groups: dict[tuple[str, str], list[HostCost]] = defaultdict(list)
         for r in rows:
             groups[(r.host.region, r.host.instance_type)].append(r)
@@ -119,16 +141,33 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
             od = hosts[0].price.price
             spot = find_price(hosts[0].host.provider or "aws", region, itype, PriceOption.SPOT)
             p, i, _ = carbon_factors(hosts[0].host, pue, intensity)
-            hours = sum(h.running_hours for h in hosts) * to_month
-            kwh = sum(h.energy_kwh for h in hosts) * to_month * p
+            hours = sum(h.running_hours * share[h.host.id] for h in hosts) * to_month
+            kwh = sum(h.energy_kwh * share[h.host.id] for h in hosts) * to_month * p
             r = rec.spot_fit(traits, float(od.usd_per_hour),
                              float(spot.usd_per_hour) if spot else None,
                              spot.interruption_band if spot else "", hours, kwh, i)
-            if r is not None:
-                if len(groups) > 1:
-                    r.subject = f"{w.name} on {itype} in {region}"
-                out.append(_finish(r, [od, *([spot] if spot else [])], now))
+            if r is None:
+                continue
+            if len(groups) > 1:
+                r.subject = f"{w.name} on {itype} in {region}"
+            _note_sharing(r, w.name, hosts, share, on_host)
+            out.append(_finish(r, [od, *([spot] if spot else [])], now))
     return out
+
+
+def _note_sharing(r: rec.Recommendation, name: str, hosts: list[HostCost],
+                  share: dict[int, float], on_host: dict[int, set[str]]) -> None:
+    others = sorted({o for h in hosts for o in on_host.get(h.host.id, ()) if o != name})
+    instance_hours = sum(h.running_hours for h in hosts)
+    gpu_share = (sum(h.running_hours * share[h.host.id] for h in hosts) / instance_hours
+                 if instance_hours else 0.0)
+    r.detail = {**r.detail, "gpu_share": gpu_share, "shared_with": others}
+    if others:
+        shared = ", ".join(h.host.name for h in hosts if on_host.get(h.host.id, set()) - {name})
+        r.reasoning += (
+            f" {name} shares {shared} with {', '.join(others)}: figures are {name}'s share "
+            f"({gpu_share:.0%} of the GPU-hours), and the purchase option is the machine's, so "
+            "it changes for every workload on it or for none.")
 
 
 def _idle_streak(gpus: list[GpuUsage], end: dt.datetime, hours: int, threshold: float
@@ -143,48 +182,72 @@ def _idle_streak(gpus: list[GpuUsage], end: dt.datetime, hours: int, threshold: 
 
 
 def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
+    """Idle and oversized hosts. Each host gets at most one of: stop (all GPUs idle), rightsize
+    (a smaller instance fits), or a place in its group's consolidation, so one host's saving is
+    never counted twice and never exceeds what the host costs."""
     out = []
     by_host: dict[int, list[GpuUsage]] = defaultdict(list)
     for u in tu.usage.values():
         by_host[u.host_id].append(u)
     to_month = HOURS_PER_MONTH / tu.window_hours
+    groups: dict[tuple, list[tuple[HostCost, rec.HostLoad]]] = defaultdict(list)
     for r in tu.rows:
         if r.price is None:
             continue
         p, i, _ = carbon_factors(r.host, pue, intensity)
         gpus = by_host.get(r.host.id, [])
+        hours_per_month = r.running_hours * to_month
         used_prices = [r.price.price] if r.price.price else []
+        idle, kw = ([], 0.0)
         if tu.window_hours >= IDLE_HOURS:
             idle, kw = _idle_streak(gpus, tu.end, IDLE_HOURS, threshold)
-            found = rec.idle_gpus(r.host.name, r.price.option, r.price.usd_per_hour,
-                                  r.gpu_count, len(idle), IDLE_HOURS, kw, p, i)
-            if found is not None:
-                out.append(_finish(found, used_prices, now))
-                if found.kind == "stop_idle":
-                    continue
-        if r.host.purchase_option != PurchaseOption.ON_DEMAND or not gpus:
+        if idle and len(idle) >= r.gpu_count:
+            out.append(_finish(rec.stop_idle(r.host.name, r.price.option, r.price.usd_per_hour,
+                                             r.gpu_count, IDLE_HOURS, kw, p, i,
+                                             hours_per_month), used_prices, now))
             continue
-        current_type = InstanceType.objects.filter(provider=r.host.provider or "aws",
-                                                   name=r.host.instance_type).first()
-        if current_type is None:
-            continue
-        used = [g for g in gpus if any(u is not None and u >= threshold
-                                       for u, _, _ in g.hours.values())]
-        mems = [m for g in gpus for _, _, m in g.hours.values() if m is not None]
-        unused = [g for g in gpus if g not in used]
-        unused_kw = sum(g.energy_kwh / len(g.hours) for g in unused if g.hours)
-        offers = _offers(r.host.region)
-        current = rec.InstanceOffer(current_type.name, current_type.gpu_model,
-                                    current_type.gpu_count, current_type.gpu_memory_gib,
-                                    r.price.usd_per_hour)
-        found = rec.rightsize(r.host.name, current, len(used),
-                              max(mems) / 1024 if mems else None,
-                              [o for o, _ in offers], r.running_hours * to_month, unused_kw, p,
-                              i)
+        found = _rightsize(r, gpus, threshold, hours_per_month, p, i)
         if found is not None:
-            target = next(price for o, price in offers if o.name == found.detail["to"])
-            out.append(_finish(found, [*used_prices, target], now))
+            out.append(_finish(found[0], [*used_prices, found[1]], now))
+            continue
+        if idle:
+            key = (r.host.provider or "aws", r.host.region, r.host.instance_type, r.price.option)
+            groups[key].append((r, rec.HostLoad(r.host.name, r.gpu_count, len(idle), kw,
+                                                r.price.usd_per_hour, hours_per_month)))
+    for (_, region, itype, option), members in sorted(groups.items()):
+        first = members[0][0]
+        p, i, _ = carbon_factors(first.host, pue, intensity)
+        subject = first.host.name if len(members) == 1 else f"{itype} in {region}"
+        found = rec.consolidate(subject, option, [m for _, m in members], p, i)
+        if found is not None:
+            prices = list({r.price.price.pk: r.price.price for r, _ in members
+                           if r.price.price}.values())
+            out.append(_finish(found, prices, now))
     return out
+
+
+def _rightsize(r: HostCost, gpus: list[GpuUsage], threshold: float, hours_per_month: float,
+               pue: float, intensity: float | None) -> tuple[rec.Recommendation, Price] | None:
+    if r.host.purchase_option != PurchaseOption.ON_DEMAND or not gpus:
+        return None
+    current_type = InstanceType.objects.filter(provider=r.host.provider or "aws",
+                                               name=r.host.instance_type).first()
+    if current_type is None:
+        return None
+    used = [g for g in gpus if any(u is not None and u >= threshold
+                                   for u, _, _ in g.hours.values())]
+    mems = [m for g in gpus for _, _, m in g.hours.values() if m is not None]
+    unused = [g for g in gpus if g not in used]
+    unused_kw = sum(g.energy_kwh / len(g.hours) for g in unused if g.hours)
+    offers = _offers(r.host.region)
+    current = rec.InstanceOffer(current_type.name, current_type.gpu_model,
+                                current_type.gpu_count, current_type.gpu_memory_gib,
+                                r.price.usd_per_hour)
+    found = rec.rightsize(r.host.name, current, len(used), max(mems) / 1024 if mems else None,
+                          [o for o, _ in offers], hours_per_month, unused_kw, pue, intensity)
+    if found is None:
+        return None
+    return found, next(price for o, price in offers if o.name == found.detail["to"])
 
 
 def _offers(region: str) -> list[tuple[rec.InstanceOffer, Price]]:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from greenops.costs import aws_refresh, catalog
-from greenops.costs.models import Price, PriceRefresh
-
-# Regions refreshed even before any host runs there, so the catalog can price a move.
-DEFAULT_REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-northeast-1")
+from greenops.costs.models import PriceRefresh
 
 
 @shared_task
@@ -27,11 +25,12 @@ def refresh_prices() -> dict:
             finished_at=timezone.now(),
         )
         return {"status": log.status, "message": log.message}
-    regions = set(DEFAULT_REGIONS) | set(
-        Price.objects.filter(provider="aws").values_list("region", flat=True))
-    # The Price List API is served from us-east-1 and answers for every region.
+    # The Price List API is served from us-east-1 and answers for every region. Spot is asked
+    # region by region: the configured list, else the regions with GPU on-demand prices.
     pricing = session.client("pricing", region_name="us-east-1")
-    ec2 = {r: session.client("ec2", region_name=r) for r in sorted(regions)}
     savings_plans = session.client("savingsplans", region_name="us-east-1")
-    log = aws_refresh.refresh(pricing, ec2, savings_plans)
-    return {"status": log.status, "message": log.message, "prices_updated": log.prices_updated}
+    log = aws_refresh.refresh(
+        pricing, lambda region: session.client("ec2", region_name=region), savings_plans,
+        spot_regions=getattr(settings, "GREENOPS_SPOT_REGIONS", None) or None)
+    return {"status": log.status, "message": log.message, "prices_updated": log.prices_updated,
+            "failed_parts": [p["part"] for p in log.failed_parts]}

@@ -1,0 +1,134 @@
+"""A team's recommendations from measured usage: each host's saving is counted once, and
+workloads sharing a host share its saving. Figures worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from greenops.costs.report import team_recommendations
+from greenops.workloads.models import Workload
+from tests.conftest import make_host
+from tests.test_costs_accounting import NOW, add_hours, set_price
+
+HOURS = 100 * 730 / 168  # 100 running hours in a 7-day window, scaled to a month: 434.52 h
+P4D = 21.957642  # the catalog's p4d on-demand rate: p4de (27.44705) is no cheaper A100 to move to
+IDLE_FAMILY = ("stop_idle", "consolidate", "rightsize")
+
+
+def recs(team) -> list[dict]:
+    return team_recommendations(team, 7, NOW, pue=1.1, intensity_g_per_kwh=400.0)[
+        "recommendations"]
+
+
+def test_a_host_is_rightsized_or_consolidated_never_both(team):
+    host, _ = make_host(team, gpus=4)
+    host.instance_type = "g5.12xlarge"
+    host.save()
+    set_price("g5.12xlarge", "us-east-1", "on_demand", "5.672")
+    set_price("g5.xlarge", "us-east-1", "on_demand", "1.006")
+    g0, *idle = host.gpus.order_by("index")
+    add_hours(g0, 100, 80.0, mem_mib=8000.0)
+    for g in idle:
+        add_hours(g, 100, 1.0, kwh_per_hour=0.02, mem_mib=500.0)
+    found = [r for r in recs(team) if r["kind"] in IDLE_FAMILY]
+    assert [r["kind"] for r in found] == ["rightsize"]
+    # (5.672 - 1.006) $/h x 434.52 h = 2027.49 $/month
+    assert found[0]["monthly_usd_saved"] == pytest.approx(4.666 * HOURS)
+    # never more than the host costs a month: 5.672 x 434.52 = 2464.65 $
+    assert sum(r["monthly_usd_saved"] for r in found) <= 5.672 * HOURS
+
+
+def test_two_half_idle_hosts_free_one_whole_host(team):
+    # Two p4d hosts (2 GPUs registered each), one busy and one idle GPU each: the two busy
+    # GPUs fit on one host. No cheaper A100 instance exists, so there is no rightsizing.
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", str(P4D))
+    for name in ("node-a", "node-b"):
+        host, _ = make_host(team, name=name)
+        g0, g1 = host.gpus.order_by("index")
+        add_hours(g0, 100, 80.0)
+        add_hours(g1, 100, 1.0, kwh_per_hour=0.05)
+    found = [r for r in recs(team) if r["kind"] in IDLE_FAMILY]
+    assert [r["kind"] for r in found] == ["consolidate"]
+    [c] = found
+    assert c["detail"]["freed"] == ["node-b"] and "onto fewer hosts" in c["title"]
+    # one host's 434.52 h a month at 21.957642 $/h = 9541.07 $, half of the two hosts' cost
+    assert c["monthly_usd_saved"] == pytest.approx(P4D * HOURS)
+    assert c["pct_saved"] == pytest.approx(50.0)
+    # the freed host's 2 GPUs at the idle draw of 0.05 kW each, PUE 1.1
+    assert c["kwh_per_month"] == pytest.approx(-2 * 0.05 * HOURS * 1.1)
+
+
+def test_one_half_idle_host_claims_no_dollars(team):
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", str(P4D))
+    host, _ = make_host(team)
+    g0, g1 = host.gpus.order_by("index")
+    add_hours(g0, 100, 80.0)
+    add_hours(g1, 100, 1.0, kwh_per_hour=0.05)
+    [c] = [r for r in recs(team) if r["kind"] in IDLE_FAMILY]
+    assert c["kind"] == "consolidate" and c["monthly_usd_saved"] == 0.0
+    assert c["kwh_per_month"] == pytest.approx(-0.05 * HOURS * 1.1)
+
+
+def test_stopping_an_idle_host_saves_the_hours_it_runs(team):
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", str(P4D))
+    host, _ = make_host(team)
+    for g in host.gpus.all():
+        add_hours(g, 100, 1.0, kwh_per_hour=0.05)
+    [s] = [r for r in recs(team) if r["kind"] in IDLE_FAMILY]
+    assert s["kind"] == "stop_idle"
+    assert s["monthly_usd_saved"] == pytest.approx(P4D * HOURS)  # 9541.07 $, not x 730 h
+
+
+@pytest.fixture
+def shared_host(team):
+    """One p4d host (2 GPUs registered), both GPUs busy for 100 h; on-demand 20 $/h, spot
+    8 $/h in the <5% interruption band."""
+    host, _ = make_host(team)
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "20")
+    set_price("p4d.24xlarge", "us-east-1", "spot", "8", band="<5%",
+              as_of=NOW - dt.timedelta(hours=1))
+    g0, g1 = host.gpus.order_by("index")
+    add_hours(g0, 100, 80.0)
+    add_hours(g1, 100, 80.0)
+    return host, g0, g1
+
+
+# 30-minute checkpoints in the <5% band: 0.05/730 x (15 + 10)/60 extra run time
+SPOT_EFFECTIVE = 8 * (1 + 0.05 / 730 * 25 / 60)
+
+
+def test_a_workload_on_half_a_host_claims_half_its_spot_saving(team, shared_host):
+    host, g0, g1 = shared_host
+    trainer = Workload.objects.create(team=team, name="trainer", kind="training",
+                                      interruptible=True, checkpoint_interval_min=30)
+    trainer.gpus.add(g0)
+    chat = Workload.objects.create(team=team, name="chat", kind="inference",
+                                   latency_critical=True)
+    chat.gpus.add(g1)
+    by_subject = {r["subject"]: r for r in recs(team) if r["kind"] in ("spot", "stay_on_demand")}
+    spot = by_subject["trainer"]
+    assert spot["kind"] == "spot"
+    # (20 - 8.000228) $/h x 100 h x 1/2 x 730/168 = 2607.09 $/month, not the whole host's
+    assert spot["monthly_usd_saved"] == pytest.approx((20 - SPOT_EFFECTIVE) * HOURS / 2)
+    assert spot["detail"]["gpu_share"] == pytest.approx(0.5)
+    assert spot["detail"]["shared_with"] == ["chat"]
+    assert "shares gpu-node-1 with chat" in spot["reasoning"]
+    # the other half stays on-demand, and says it is the same machine
+    stay = by_subject["chat"]
+    assert stay["kind"] == "stay_on_demand"
+    assert "shares gpu-node-1 with trainer" in stay["reasoning"]
+
+
+def test_two_workloads_on_the_same_gpus_split_the_saving(team, shared_host):
+    host, _, _ = shared_host
+    for name in ("train-a", "train-b"):
+        w = Workload.objects.create(team=team, name=name, kind="training", interruptible=True,
+                                    checkpoint_interval_min=30)
+        w.hosts.add(host)
+    spots = [r for r in recs(team) if r["kind"] == "spot"]
+    assert len(spots) == 2
+    # each GPU is claimed by both workloads: each gets half, together the whole host
+    whole = (20 - SPOT_EFFECTIVE) * HOURS
+    assert [r["monthly_usd_saved"] for r in spots] == pytest.approx([whole / 2, whole / 2])
