@@ -140,11 +140,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def show_status(config: object) -> int:
+    from collectors.cli_host import print_status_server
     from collectors.spool import Spool
 
     path = config.spool_path  # type: ignore[attr-defined]
     if not path.exists():
-        return fail(f"no spool at {path}")
+        # Normal right after `enroll`: `run` creates the spool. The server and token checks
+        # are what the user wants to see then, so they still run.
+        print(f"spool:           {path} (not created yet)")
+        print("batches:         no batches sent yet (start `greenops-agent run`)")
+        print_status_server(config)
+        return 0
     with Spool(path) as spool:
         st = spool.status()
     last_ack = (
@@ -159,8 +165,6 @@ def show_status(config: object) -> int:
     print(f"last ack:        {last_ack}")
     print(f"rejected:        {st.rejected}")
     print(f"dropped (full):  {st.dropped_batches}")
-    from collectors.cli_host import print_status_server
-
     print_status_server(config)
     return 0
 

@@ -87,6 +87,7 @@ def enroll(args: argparse.Namespace) -> int:
         return _fail("--simulate must be at least 1 GPU")
     path = Path(args.config).expanduser() if args.config else en.enroll_config_path()
     try:
+        en.check_writable(path)  # before the server spends the single-use token
         gpus = _gpus(args.simulate, args.nvml_lib)
         configured = {"instance_type": args.instance_type, "region": args.region,
                       "provider": args.provider, "country": args.country}

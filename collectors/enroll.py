@@ -135,20 +135,74 @@ def _toml_value(value) -> str:
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 
+def _is_dir(path: Path) -> bool:
+    try:  # Path.is_dir raises PermissionError under a directory we may not search
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _write_error(path: Path, exc: OSError) -> EnrollError:
+    if isinstance(exc, (NotADirectoryError, FileExistsError)):
+        reason = "a file is in the way of its directory"
+    elif isinstance(exc, IsADirectoryError) or _is_dir(path):
+        reason = "it is a directory"
+    else:
+        reason = exc.strerror or str(exc)
+    hint = " (run as root, or pass --config ~/.config/greenops/agent.toml)" \
+        if isinstance(exc, PermissionError) else ""
+    return EnrollError(f"cannot write {path}: {reason}{hint}")
+
+
+def _read_existing(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except IsADirectoryError as exc:
+        raise _write_error(path, exc) from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise EnrollError(f"cannot read the existing config {path}: {exc}") from None
+
+
+def _tmp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _discard(tmp: Path) -> None:
+    # Cleanup must never hide the real error: when the directory could not be made, unlinking
+    # in it raises NotADirectoryError, which missing_ok does not cover.
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def check_writable(path: Path) -> None:
+    """Fail now if the config cannot be written later, because enrolling spends the single-use
+    token: create the directory, create and remove a file next to the config, and read the
+    existing config (it is merged into)."""
+    if _is_dir(path):
+        raise _write_error(path, IsADirectoryError(21, "Is a directory"))
+    tmp = _tmp_path(path)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    except OSError as exc:
+        raise _write_error(path, exc) from None
+    finally:
+        _discard(tmp)
+    _read_existing(path)
+
+
 def write_config(path: Path, updates: dict) -> None:
     """Merge `updates` into the TOML file at `path`, atomically, readable only by its owner."""
-    existing: dict = {}
-    if path.exists():
-        try:
-            with path.open("rb") as fh:
-                existing = tomllib.load(fh)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise EnrollError(f"cannot read the existing config {path}: {exc}") from None
-    merged = {**existing, **updates}
+    merged = {**_read_existing(path), **updates}
     text = (f"# Written by greenops-agent enroll on {time.strftime('%Y-%m-%d %H:%M:%S')}.\n"
             "# Holds this host's token: keep it readable by its owner only (mode 0600).\n"
             + "".join(f"{k} = {_toml_value(v)}\n" for k, v in merged.items()))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = _tmp_path(path)
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -159,7 +213,5 @@ def write_config(path: Path, updates: dict) -> None:
         os.chmod(tmp, 0o600)  # O_CREAT's mode is filtered by the umask; make sure
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        hint = " (run as root, or pass --config ~/.config/greenops/agent.toml)" \
-            if isinstance(exc, PermissionError) else ""
-        raise EnrollError(f"cannot write {path}: {exc.strerror or exc}{hint}") from None
+        _discard(tmp)
+        raise _write_error(path, exc) from None

@@ -197,3 +197,54 @@ def test_config_that_is_not_a_file_is_one_line(tmp_path):
 def test_version():
     proc = agent("version")
     assert proc.returncode == 0 and proc.stdout.strip() == "greenops-agent 0.1.0"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unwritable_config_fails_before_the_token_is_spent(live_server, team, users, tmp_path):
+    """A config path that cannot be written is found before the server is asked, so the token
+    still works for the next try; and the message is one line, not a NotADirectoryError
+    traceback from cleaning up the temporary file."""
+    from greenops.telemetry.models import EnrollmentToken
+
+    row, token = enrollment.issue_enrollment_token(team, users["owner"])
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where a directory should be\n")
+    for config in (blocker / "agent.toml", blocker / "sub" / "agent.toml", tmp_path):
+        proc = enroll(live_server.url, token, config, "--metadata-url", "off")
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"greenops-agent: cannot write {config}"), \
+            proc.stderr
+        row.refresh_from_db()
+        assert row.used_at is None and not Host.objects.exists()
+    ok = enroll(live_server.url, token, tmp_path / "agent.toml", "--metadata-url", "off")
+    assert ok.returncode == 0, ok.stderr
+    assert EnrollmentToken.objects.get(id=row.id).used_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_status_right_after_enroll_checks_the_server(live_server, team, users, tmp_path):
+    _row, token = enrollment.issue_enrollment_token(team, users["owner"])
+    config = tmp_path / "agent.toml"
+    assert enroll(live_server.url, token, config, "--name", "fresh", "--metadata-url",
+                  "off").returncode == 0
+    spool = tmp_path / "state" / "spool.db"  # `run` has not created it yet
+    status = agent("status", "--config", str(config), "--spool", str(spool))
+    assert status.returncode == 0, status.stderr
+    assert "no batches sent yet" in status.stdout
+    assert f"server:          {live_server.url} reachable" in status.stdout
+    assert "token:           accepted (host fresh)" in status.stdout
+    assert not spool.exists()  # status only looks; it does not create the spool
+
+    Host.objects.filter(name="fresh").update(token_hash="x" * 64)  # as if revoked
+    status = agent("status", "--config", str(config), "--spool", str(spool))
+    assert "token:           REJECTED" in status.stdout
+
+
+def test_status_without_spool_or_server_says_so(tmp_path):
+    config = tmp_path / "agent.toml"
+    config.write_text('server = "http://127.0.0.1:9"\ntoken = "gho_x"\n')
+    status = agent("status", "--config", str(config), "--spool", str(tmp_path / "s.db"))
+    assert status.returncode == 0, status.stderr
+    assert "no batches sent yet" in status.stdout
+    assert "server:          http://127.0.0.1:9 unreachable" in status.stdout

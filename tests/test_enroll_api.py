@@ -74,7 +74,7 @@ def test_enrollment_token_used_twice_is_rejected(client, enroll_token):
 def test_expired_enrollment_token_is_rejected(client, team, users):
     _row, token = enrollment.issue_enrollment_token(
         team, users["owner"],
-        now=timezone.now() - enrollment.ENROLL_TOKEN_TTL - timedelta(seconds=1))
+        now=timezone.now() - enrollment.enroll_token_ttl() - timedelta(seconds=1))
     resp = post_enroll(client, enroll_doc(token))
     assert resp.status_code == 401 and resp.json()["error"] == "token_expired"
     assert Host.objects.count() == 0
@@ -183,3 +183,38 @@ def test_agent_wheel_is_installable_shape(client):
     assert client.get("/downloads/greenops_agent-9.9.9-py3-none-any.whl").status_code == 404
     assert "ExecStart=/opt/greenops-agent/bin/greenops-agent run" in client.get(
         "/downloads/greenops-agent.service").content.decode()
+
+
+# --- audit of issue 4: every stored string is checked against its column -------------------
+
+@pytest.mark.parametrize("over,field", [
+    ({"agent_version": "0.1.0-" + "x" * 27}, "agent_version"),  # 33 > Host.agent_version's 32
+    ({"agent_version": 7}, "agent_version"),
+    ({"hostname": "h" * 256}, "hostname"),
+    ({"gpus": [{"index": 0, "name": "n" * 129}]}, "gpus[0].name"),
+    ({"facts": {"country": "USAX"}}, "facts.country"),
+])
+def test_too_long_strings_are_422_not_500(client, enroll_token, over, field):
+    resp = post_enroll(client, enroll_doc(enroll_token, **over))
+    assert resp.status_code == 422, resp.content
+    assert resp.json()["field"] == field
+    assert Host.objects.count() == 0 and EnrollmentToken.objects.get().used_at is None
+
+
+def test_agent_version_of_exactly_32_characters_is_stored(client, enroll_token):
+    version = "1." + "2" * 30
+    assert len(version) == 32
+    resp = post_enroll(client, enroll_doc(enroll_token, agent_version=version))
+    assert resp.status_code == 201, resp.content
+    assert Host.objects.get().agent_version == version
+
+
+def test_inventory_with_a_too_long_agent_version_is_422(client, host):
+    h, token = host
+    doc = {"agent_version": "9" * 33, "gpus": [{"index": 0, "name": "L4"}]}
+    resp = client.post("/api/v1/inventory", json.dumps(doc), content_type="application/json",
+                       HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert resp.status_code == 422, resp.content
+    assert resp.json()["field"] == "agent_version"
+    h.refresh_from_db()
+    assert h.agent_version == "" and h.gpus.get(index=0).name == "NVIDIA A100-SXM4-40GB"

@@ -121,3 +121,50 @@ def test_removed_host_keeps_history_until_an_owner_deletes_it(client, users, tea
     assert set(GpuHour.objects.values_list("gpu_id", flat=True)) == {keeper_gpu.id}
     event = AuditEvent.objects.get(action=AuditEvent.Action.HOST_DELETED)
     assert event.target == h.name
+
+
+# --- audit of issue 4: install hints, the configured TTL, no names inside JavaScript --------
+
+def test_add_host_page_says_what_the_host_needs_and_the_real_ttl(client, team_roles, team,
+                                                                 settings):
+    settings.ENROLL_TOKEN_TTL_MINUTES = 15
+    client.force_login(team_roles["admin"])
+    form = client.get(f"/teams/{team.slug}/hosts/add/").content.decode()
+    assert "valid for 15 minutes" in form and "one hour" not in form
+    before = timezone.now()
+    html = client.post(f"/teams/{team.slug}/hosts/add/").content.decode()
+    hint = html.split('id="install-needs"')[1].split("</p>")[0]
+    assert "Python 3.11" in hint and "python3-venv" in hint
+    assert "15 minutes" in html
+    from greenops.telemetry.models import EnrollmentToken
+
+    ttl = EnrollmentToken.objects.get().expires_at - before
+    assert timedelta(minutes=14, seconds=59) < ttl <= timedelta(minutes=15, seconds=5)
+
+
+def _onsubmits(html: str) -> list[str]:
+    return re.findall(r'onsubmit="([^"]*)"', html)
+
+
+def test_host_names_are_never_interpolated_into_javascript(client, team_roles, team):
+    evil = "n');alert(1);//"
+    make_host(team, evil)
+    client.force_login(team_roles["admin"])
+    html = client.get(f"/teams/{team.slug}/hosts/").content.decode()
+    handlers = _onsubmits(html)
+    assert handlers and set(handlers) == {"return confirm(this.dataset.confirm)"}
+    assert 'data-confirm="Remove n&#x27;);alert(1);//? Its history stays in reports."' in html
+
+
+def test_member_names_are_never_interpolated_into_javascript(client, users, team):
+    from django.contrib.auth.models import User
+
+    from greenops.teams.models import Membership
+
+    evil = User.objects.create_user("o'brien", "ob@example.com", "pw")
+    Membership.objects.create(team=team, user=evil, role="viewer")
+    client.force_login(users["owner"])
+    html = client.get(f"/teams/{team.slug}/members/").content.decode()
+    handlers = _onsubmits(html)
+    assert handlers and set(handlers) == {"return confirm(this.dataset.confirm)"}
+    assert "data-confirm=\"Remove o&#x27;brien from Vision?\"" in html

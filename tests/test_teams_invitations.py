@@ -81,7 +81,7 @@ def test_unknown_link_is_404_and_anonymous_must_log_in(client, team, users):
 
 
 def test_accepting_keeps_the_higher_role(team, users):
-    _inv, link = invitations.invite(team, users["owner"], "o@example.com", "viewer")
+    _inv, link = invitations.invite(team, users["owner"], "Owner@Example.com", "viewer")
     m = invitations.accept(_link_path(link).split("/")[2], users["owner"])
     assert m.role == "owner"
 
@@ -128,3 +128,112 @@ def test_team_switcher_lists_teams_with_roles(client, team, other_team, users):
     assert 'title="your role: viewer">Speech</a>' in nav
     assert 'class="current" aria-current="page"' in nav.split("Speech")[0]
     assert "+ New team" in nav
+
+
+# --- audit of issue 4: mail failures, the console backend, who may accept -------------------
+
+class RefusingMailBackend:
+    """A mail server that is down: what Django's SMTP backend raises then."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def send_messages(self, messages):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+
+REFUSING = "tests.test_teams_invitations.RefusingMailBackend"
+CONSOLE = "django.core.mail.backends.console.EmailBackend"
+
+
+def test_failing_mail_leaves_no_invitation_and_says_so(client, team, users, settings):
+    settings.EMAIL_BACKEND = REFUSING
+    client.force_login(users["owner"])
+    resp = client.post(f"/teams/{team.slug}/members/", {"email": "dana@example.com",
+                                                        "role": "viewer"})
+    assert resp.status_code == 502
+    html = resp.content.decode()
+    assert 'id="invite-error"' in html and "could not be sent" in html
+    assert "Connection refused" in html and "dana@example.com" in html
+    assert Invitation.objects.count() == 0
+    assert not AuditEvent.objects.filter(action="member.invited").exists()
+    with pytest.raises(invitations.InvitationMailError):
+        invitations.invite(team, users["owner"], "dana@example.com", "viewer")
+    assert Invitation.objects.count() == 0
+
+
+def test_failing_mail_through_the_api_is_a_json_error(client, team, users, settings):
+    settings.EMAIL_BACKEND = REFUSING
+    client.force_login(users["owner"])
+    resp = client.post(f"/api/v1/teams/{team.slug}/invitations",
+                       '{"email": "dana@example.com", "role": "viewer"}',
+                       content_type="application/json")
+    assert resp.status_code == 502
+    assert resp.json()["error"] == "mail_failed" and resp.json()["field"] == "email"
+    assert Invitation.objects.count() == 0
+
+
+def test_console_backend_shows_the_link_once_to_the_inviter(client, team, users, settings,
+                                                            capsys):
+    settings.EMAIL_BACKEND = CONSOLE
+    settings.SITE_URL = "https://greenops.example"
+    client.force_login(users["owner"])
+    resp = client.post(f"/teams/{team.slug}/members/",
+                       {"email": "dana@example.com", "role": "viewer"}, follow=True)
+    printed = capsys.readouterr().out
+    link = re.search(r"https://greenops\.example/invitations/ginv_\S+/", printed)[0]
+    html = resp.content.decode()
+    assert f'<code id="invite-link">{link}</code>' in html
+    assert "no email was sent" in html
+    again = client.get(f"/teams/{team.slug}/members/").content.decode()
+    assert "invite-link" not in again and link not in again  # once
+
+
+def test_a_real_mail_backend_never_shows_the_link(client, team, users):
+    client.force_login(users["owner"])  # pytest-django's locmem backend: mail is "sent"
+    html = client.post(f"/teams/{team.slug}/members/",
+                       {"email": "dana@example.com", "role": "viewer"},
+                       follow=True).content.decode()
+    assert "invite-link" not in html and "ginv_" not in html
+    assert "Invitation sent to dana@example.com" in html
+
+
+def test_smtp_settings_come_from_the_environment():
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "greenops.settings",
+           "EMAIL_HOST": "smtp.example.com", "EMAIL_PORT": "2525", "EMAIL_HOST_USER": "greenops",
+           "EMAIL_HOST_PASSWORD": "s3cret", "EMAIL_USE_TLS": "true"}
+    code = ("from django.conf import settings as s; print(s.EMAIL_HOST, s.EMAIL_PORT, "
+            "s.EMAIL_HOST_USER, s.EMAIL_HOST_PASSWORD, s.EMAIL_USE_TLS)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["smtp.example.com", "2525", "greenops", "s3cret", "True"]
+
+
+def test_only_the_invited_address_can_accept(client, team, users):
+    _inv, link = invitations.invite(team, users["owner"], "Dana@Example.com", "admin")
+    path = _link_path(link)
+    client.force_login(users["outsider"])  # outsider@example.com, holding Dana's link
+    page = client.get(path)
+    assert page.status_code == 403
+    html = page.content.decode()
+    assert 'id="invitation-wrong-user"' in html and "dana@example.com" in html
+    assert "outsider@example.com" in html and "Join as" not in html
+    resp = client.post(path)
+    assert resp.status_code == 403 and b"dana@example.com" in resp.content
+    assert team.role_of(users["outsider"]) is None
+    with pytest.raises(invitations.InvitationError) as exc:
+        invitations.accept(path.split("/")[2], users["outsider"])
+    assert exc.value.code == "wrong_user"
+    assert Invitation.objects.get().accepted_at is None  # still there for Dana
+
+    # An account without an email cannot take it either; Dana's (any case) can.
+    nomail = User.objects.create_user("nomail", "", "pw")
+    with pytest.raises(invitations.InvitationError):
+        invitations.accept(path.split("/")[2], nomail)
+    dana = User.objects.create_user("dana", "DANA@example.COM", "pw")
+    client.force_login(dana)
+    assert client.post(path).status_code == 302
+    assert team.role_of(dana) == "admin"

@@ -7,9 +7,11 @@ policy has to be made twice: once in permissions.py and once, deliberately, here
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.urls import URLPattern, URLResolver
+from django.utils import timezone
 
 from greenops.teams.permissions import MATRIX, ROLE_ORDER, allowed_actions, allows, rank
 
@@ -45,6 +47,11 @@ PAGES = [
     ("change-role", "post", "/teams/{slug}/members/{viewer_m}/role", "owner", 302,
      {"role": "member"}),
     ("remove-member", "post", "/teams/{slug}/members/{viewer_m}/remove", "owner", 302, {}),
+    ("withdraw-invitation", "post", "/teams/{slug}/members/invitations/{inv}/withdraw", "owner",
+     302, {}),
+    ("team-settings", "get", "/teams/{slug}/settings/", "owner", 200, None),
+    ("rename-team", "post", "/teams/{slug}/settings/", "owner", 302, {"name": "Vision 2"}),
+    ("delete-team", "post", "/teams/{slug}/settings/delete", "owner", 302, {"confirm": "Vision"}),
     ("permissions", "get", "/teams/{slug}/permissions/", "viewer", 200, None),
     ("audit", "get", "/teams/{slug}/audit/", "admin", 200, None),
     ("hosts", "get", "/teams/{slug}/hosts/", "viewer", 200, None),
@@ -69,9 +76,17 @@ API = [
 ]
 
 
+def _invitation(team) -> int:
+    from greenops.teams.models import Invitation
+
+    return Invitation.objects.create(team=team, email="pending@example.com", token_hash="0" * 64,
+                                     expires_at=timezone.now() + timedelta(days=1)).id
+
+
 def _path(template: str, team, host, roles) -> str:
     viewer_m = team.memberships.get(user=roles["viewer"]).id
-    return template.format(slug=team.slug, host=host.id, viewer_m=viewer_m)
+    inv = _invitation(team) if "{inv}" in template else None
+    return template.format(slug=team.slug, host=host.id, viewer_m=viewer_m, inv=inv)
 
 
 def _call(client, method: str, path: str, body, *, api: bool):
@@ -104,7 +119,7 @@ def test_every_role_on_every_page_and_endpoint(client, team_roles, team, host, r
 @pytest.mark.parametrize("case", PAGES + API, ids=[c[0] for c in PAGES + API])
 def test_anonymous_is_sent_to_login_or_401(client, team, host, case):
     name, method, template, *_ = case
-    path = template.format(slug=team.slug, host=host[0].id, viewer_m=1)
+    path = template.format(slug=team.slug, host=host[0].id, viewer_m=1, inv=1)
     resp = _call(client, method, path, case[5], api=path.startswith("/api/"))
     if path.startswith("/api/"):
         assert resp.status_code == 401, name

@@ -10,7 +10,7 @@ from ninja.security import django_auth
 from greenops.teams import invitations
 from greenops.teams.models import Role
 from greenops.teams.permissions import ROLE_ORDER, authorize_api, matrix_rows
-from greenops.telemetry.wire import invalid
+from greenops.telemetry.wire import IngestError, invalid
 
 router = Router(tags=["teams"])
 
@@ -48,7 +48,10 @@ def create_invitation(request: HttpRequest, slug: str, body: InviteIn):
         raise invalid("email", "must be an email address")
     if body.role not in Role.values:
         raise invalid("role", f"must be one of {', '.join(Role.values)}")
-    inv, _link = invitations.invite(team, request.user, body.email, body.role)
+    try:
+        inv, _link = invitations.invite(team, request.user, body.email, body.role)
+    except invitations.InvitationMailError as exc:
+        raise IngestError(502, "mail_failed", "email", str(exc)) from None
     return Status(201, {"email": inv.email, "role": inv.role,
                         "expires_at": inv.expires_at.isoformat()})
 

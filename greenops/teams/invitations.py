@@ -24,7 +24,7 @@ INVITATION_TTL = timedelta(days=settings.INVITATION_TTL_DAYS)
 
 
 class InvitationError(ValueError):
-    """Why a link did not work: unknown, expired, already used or revoked."""
+    """Why a link did not work: unknown, expired, already used, revoked, or someone else's."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -35,28 +35,51 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+class InvitationMailError(RuntimeError):
+    """The invitation email could not be sent; no invitation was kept."""
+
+
+CONSOLE_BACKEND = "django.core.mail.backends.console.EmailBackend"
+
+
+def mail_goes_nowhere() -> bool:
+    """The console backend only prints: the inviter must pass the link on themselves."""
+    return settings.EMAIL_BACKEND == CONSOLE_BACKEND
+
+
 def invite(team: Team, actor, email: str, role: str, *, site_url: str | None = None,
            now=None) -> tuple[Invitation, str]:
-    """Create an invitation and email its link. Returns the row and the link (shown to tests)."""
+    """Create an invitation and email its link. Returns the row and the link.
+
+    The row, the mail and the audit entry succeed or fail together: an invitation nobody was
+    told about would sit in the pending list looking sent. Raises InvitationMailError when the
+    mail server refuses or cannot be reached.
+    """
     if role not in Role.values:
         raise ValueError(f"unknown role {role!r}")
     now = now or timezone.now()
     token = INVITATION_PREFIX + secrets.token_urlsafe(32)
-    inv = Invitation.objects.create(team=team, email=email.strip().lower(), role=role,
-                                    token_hash=_hash(token), created_by=actor,
-                                    expires_at=now + INVITATION_TTL)
-    link = (site_url or settings.SITE_URL).rstrip("/") + reverse("invitation-accept",
-                                                                   args=[token])
     inviter = actor.get_username() if actor is not None else "GreenOps"
-    send_mail(
-        subject=f"{inviter} invited you to {team.name} on GreenOps",
-        message=(f"{inviter} invited you to join the team {team.name} on GreenOps as {role}.\n\n"
-                 f"Open this link to accept (it works once, until "
-                 f"{inv.expires_at:%Y-%m-%d %H:%M} UTC):\n{link}\n"),
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        recipient_list=[inv.email],
-    )
-    audit.record(team, actor, AuditEvent.Action.MEMBER_INVITED, inv.email, role=role)
+    with transaction.atomic():
+        inv = Invitation.objects.create(team=team, email=email.strip().lower(), role=role,
+                                        token_hash=_hash(token), created_by=actor,
+                                        expires_at=now + INVITATION_TTL)
+        link = (site_url or settings.SITE_URL).rstrip("/") + reverse("invitation-accept",
+                                                                       args=[token])
+        audit.record(team, actor, AuditEvent.Action.MEMBER_INVITED, inv.email, role=role)
+        try:
+            send_mail(
+                subject=f"{inviter} invited you to {team.name} on GreenOps",
+                message=(f"{inviter} invited you to join the team {team.name} on GreenOps as "
+                         f"{role}.\n\nOpen this link to accept (it works once, until "
+                         f"{inv.expires_at:%Y-%m-%d %H:%M} UTC):\n{link}\n"),
+                from_email=settings.DEFAULT_FROM_EMAIL,
+                recipient_list=[inv.email],
+            )
+        except OSError as exc:  # smtplib.SMTPException, refused connections, TLS errors
+            raise InvitationMailError(
+                f"The invitation to {inv.email} could not be sent, so none was created: "
+                f"{exc}. Check the EMAIL_* settings and try again.") from exc
     return inv, link
 
 
@@ -74,11 +97,27 @@ def lookup(token: str) -> Invitation:
     return inv
 
 
+def is_for(inv: Invitation, user) -> bool:
+    """The link was sent to one address: only the account with that email may use it, so a
+    forwarded or leaked link does not let someone else in."""
+    email = (getattr(user, "email", "") or "").strip().lower()
+    return bool(email) and email == inv.email
+
+
+def wrong_user_message(inv: Invitation, user) -> str:
+    email = (getattr(user, "email", "") or "").strip() or "no email address"
+    return (f"This invitation is for {inv.email}, but you are logged in as "
+            f"{user.get_username()} ({email}). Log in with the account for {inv.email}, or "
+            f"ask a team owner to invite your own address.")
+
+
 def accept(token: str, user) -> Membership:
     """Join the team. A user already in the team keeps the higher of the two roles."""
     from greenops.teams.permissions import rank
 
     inv = lookup(token)
+    if not is_for(inv, user):
+        raise InvitationError("wrong_user", wrong_user_message(inv, user))
     now = timezone.now()
     with transaction.atomic():
         claimed = Invitation.objects.pending(now).filter(id=inv.id).update(
@@ -98,7 +137,12 @@ def accept(token: str, user) -> Membership:
     return membership
 
 
-def revoke(inv: Invitation) -> bool:
-    return bool(Invitation.objects.filter(id=inv.id, accepted_at__isnull=True,
-                                          revoked_at__isnull=True)
-                .update(revoked_at=timezone.now()))
+def withdraw(inv: Invitation, actor) -> bool:
+    """The link stops working. Claimed with one conditional update, so withdrawing twice (or
+    after it was used) changes and records nothing; returns whether this call withdrew it."""
+    done = Invitation.objects.filter(id=inv.id, accepted_at__isnull=True,
+                                     revoked_at__isnull=True).update(revoked_at=timezone.now())
+    if done:
+        audit.record(inv.team, actor, AuditEvent.Action.INVITATION_WITHDRAWN, inv.email,
+                     role=inv.role)
+    return bool(done)

@@ -62,3 +62,46 @@ def remove_member(team: Team, actor, membership: Membership) -> None:
     username = membership.user.get_username()
     membership.delete()
     audit.record(team, actor, AuditEvent.Action.MEMBER_REMOVED, username)
+
+
+TEAM_NAME_MAX = Team._meta.get_field("name").max_length
+
+
+def clean_team_name(name: str) -> str:
+    name = (name or "").strip()
+    if not name or len(name) > TEAM_NAME_MAX:
+        raise MembershipError(f"a team name is 1 to {TEAM_NAME_MAX} characters")
+    return name
+
+
+@transaction.atomic
+def rename_team(team: Team, actor, name: str) -> Team:
+    """A new display name. The slug stays, so links, bookmarks and API clients keep working."""
+    name, old = clean_team_name(name), team.name
+    if name != old:
+        team.name = name
+        team.save(update_fields=["name"])
+        audit.record(team, actor, AuditEvent.Action.TEAM_RENAMED, name, old=old, new=name)
+    return team
+
+
+@transaction.atomic
+def delete_team(team: Team, actor, *, confirm: str) -> None:
+    """Delete the team and everything in it: hosts with all their samples and rollups,
+    workloads, tokens, invitations, its audit log. `confirm` must be the team's exact name, so
+    a slip of the mouse cannot do it. One audit row (with no team) records the deletion."""
+    from greenops.telemetry.models import ROLLUPS, Gpu, GpuSample
+
+    if confirm.strip() != team.name:
+        raise MembershipError(f"type the team's name ({team.name}) exactly to delete it")
+    # Samples and rollups reference GPUs without a database foreign key (ingest never pays for
+    # one), so they are deleted explicitly, as when a single host's history is deleted.
+    gpu_ids = list(Gpu.objects.filter(host__team=team).values_list("id", flat=True))
+    samples, _ = GpuSample.objects.filter(gpu_id__in=gpu_ids).delete()
+    for model in ROLLUPS.values():
+        model.objects.filter(gpu_id__in=gpu_ids).delete()
+    detail = {"slug": team.slug, "team_id": team.id, "hosts": team.hosts.count(),
+              "members": team.memberships.count(), "samples": samples}
+    name = team.name
+    team.delete()
+    audit.record(None, actor, AuditEvent.Action.TEAM_DELETED, name, **detail)

@@ -200,6 +200,8 @@ class AuditEvent(models.Model):
 
     class Action(models.TextChoices):
         TEAM_CREATED = "team.created", "Team created"
+        TEAM_RENAMED = "team.renamed", "Team renamed"
+        TEAM_DELETED = "team.deleted", "Team deleted"
         HOST_ENROLL_TOKEN = "host.enroll_token", "Enrollment token issued"
         HOST_ENROLLED = "host.enrolled", "Host enrolled"
         HOST_REVOKED = "host.revoked", "Host token revoked"
@@ -207,13 +209,19 @@ class AuditEvent(models.Model):
         HOST_REMOVED = "host.removed", "Host removed"
         HOST_DELETED = "host.deleted", "Host and its history deleted"
         MEMBER_INVITED = "member.invited", "Member invited"
+        INVITATION_WITHDRAWN = "member.invitation_withdrawn", "Invitation withdrawn"
         MEMBER_JOINED = "member.joined", "Member joined"
         MEMBER_ROLE_CHANGED = "member.role_changed", "Member role changed"
         MEMBER_REMOVED = "member.removed", "Member removed"
         TOKEN_CREATED = "token.created", "API token created"
         TOKEN_REVOKED = "token.revoked", "API token revoked"
+        WORKLOAD_CREATED = "workload.created", "Workload registered"
+        WORKLOAD_CHANGED = "workload.changed", "Workload changed"
 
-    team = models.ForeignKey(Team, models.CASCADE, related_name="audit_events")
+    # A team's log goes with the team; only the "team deleted" row outlives it, with no team
+    # (its name and slug are in target and detail), so a deletion is never unrecorded.
+    team = models.ForeignKey(Team, models.CASCADE, null=True, blank=True,
+                             related_name="audit_events")
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
     )

@@ -1,4 +1,5 @@
-"""Team pages: create a team, members and invitations, the permission matrix, the audit log."""
+"""Team pages: create a team, members and invitations, the permission matrix, the audit log,
+and the owners' settings page (rename, delete)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from greenops.teams import invitations, membership
 from greenops.teams.forms import InviteForm, RoleForm, TeamForm
-from greenops.teams.models import Membership, Team
+from greenops.teams.models import Invitation, Membership, Team
 from greenops.teams.permissions import ROLE_ORDER, matrix_rows, team_permission
 
 
@@ -34,16 +35,34 @@ def members(request: HttpRequest, team: Team) -> HttpResponse:
 
             raise PermissionDenied("members.manage needs the owner role")
         if form.is_valid():
-            inv, _link = invitations.invite(team, request.user, form.cleaned_data["email"],
-                                            form.cleaned_data["role"])
-            messages.success(request, f"Invitation sent to {inv.email}.")
+            try:
+                inv, link = invitations.invite(team, request.user, form.cleaned_data["email"],
+                                               form.cleaned_data["role"])
+            except invitations.InvitationMailError as exc:
+                return _members_page(request, team, form, invite_error=str(exc), status=502)
+            if invitations.mail_goes_nowhere():
+                # Kept server-side and popped by the next page view: shown once, to the inviter.
+                request.session[INVITE_LINK_KEY] = {"email": inv.email, "link": link}
+            else:
+                messages.success(request, f"Invitation sent to {inv.email}.")
             return redirect("team-members", team.slug)
+    return _members_page(request, team, form)
+
+
+INVITE_LINK_KEY = "greenops_invite_link"
+
+
+def _members_page(request: HttpRequest, team: Team, form: InviteForm, *,
+                  invite_error: str | None = None, status: int = 200) -> HttpResponse:
+    can_manage = "members.manage" in request.team_actions
     ctx = {
         "team": team, "form": form, "can_manage": can_manage, "roles": ROLE_ORDER,
         "memberships": team.memberships.select_related("user").order_by("user__username"),
         "pending": team.invitations.pending() if can_manage else [],
+        "invite_error": invite_error,
+        "invite_link": request.session.pop(INVITE_LINK_KEY, None) if can_manage else None,
     }
-    return render(request, "teams/members.html", ctx)
+    return render(request, "teams/members.html", ctx, status=status)
 
 
 @require_POST
@@ -72,6 +91,46 @@ def remove_member(request: HttpRequest, team: Team, membership_id: int) -> HttpR
     return redirect("team-members", team.slug)
 
 
+@require_POST
+@team_permission("members.manage")
+def withdraw_invitation(request: HttpRequest, team: Team, invitation_id: int) -> HttpResponse:
+    inv = get_object_or_404(Invitation, id=invitation_id, team=team)
+    if invitations.withdraw(inv, request.user):
+        messages.success(request, f"Invitation to {inv.email} withdrawn; its link no longer "
+                                   "works.")
+    return redirect("team-members", team.slug)
+
+
+@team_permission("team.manage")
+def team_settings(request: HttpRequest, team: Team) -> HttpResponse:
+    """Rename (POST here) and the form that deletes the team (POSTs to team_delete)."""
+    error, status = None, 200
+    if request.method == "POST":
+        try:
+            membership.rename_team(team, request.user, request.POST.get("name", ""))
+        except membership.MembershipError as exc:
+            error, status = str(exc), 400
+        else:
+            messages.success(request, f"The team is now called {team.name}.")
+            return redirect("team-settings", team.slug)
+    return render(request, "teams/settings.html", {
+        "team": team, "error": error, "name_max": membership.TEAM_NAME_MAX,
+        "hosts": team.hosts.count(), "members": team.memberships.count(),
+    }, status=status)
+
+
+@require_POST
+@team_permission("team.manage")
+def team_delete(request: HttpRequest, team: Team) -> HttpResponse:
+    try:
+        membership.delete_team(team, request.user, confirm=request.POST.get("confirm", ""))
+    except membership.MembershipError:
+        messages.error(request, f"Type the team's name ({team.name}) exactly to delete it.")
+        return redirect("team-settings", team.slug)
+    messages.success(request, f"The team {team.name} and everything in it were deleted.")
+    return redirect("home")
+
+
 @team_permission("team.view")
 def permissions_page(request: HttpRequest, team: Team) -> HttpResponse:
     return render(request, "teams/permissions.html", {
@@ -91,6 +150,10 @@ def accept_invitation(request: HttpRequest, token: str) -> HttpResponse:
     except invitations.InvitationError as exc:
         return render(request, "teams/invitation.html", {"error": str(exc)}, status=410
                       if exc.code in ("used", "expired", "revoked") else 404)
+    if request.user.is_authenticated and not invitations.is_for(inv, request.user):
+        return render(request, "teams/invitation.html", {
+            "invitation": inv, "wrong_user": invitations.wrong_user_message(inv, request.user),
+        }, status=403)
     if request.method == "POST" and request.user.is_authenticated:
         try:
             invitations.accept(token, request.user)

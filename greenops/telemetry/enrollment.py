@@ -1,10 +1,11 @@
 """Host enrollment and the host token's lifecycle: issue, enroll, revoke, rotate, remove.
 
-An admin issues a single-use enrollment token (valid ENROLL_TOKEN_TTL); `greenops-agent enroll`
-trades it at POST /api/v1/enroll for the host's long-lived token, registering the GPUs and the
-host's facts in the same call. Host tokens are stored hashed. Revoking replaces the stored hash
-with the hash of a secret nobody holds, so every path that looks hosts up by token hash (ingest,
-the API auth) rejects the old token without knowing about revocation.
+An admin issues a single-use enrollment token (valid ENROLL_TOKEN_TTL_MINUTES);
+`greenops-agent enroll` trades it at POST /api/v1/enroll for the host's long-lived token,
+registering the GPUs and the host's facts in the same call. Host tokens are stored hashed.
+Revoking replaces the stored hash with the hash of a secret nobody holds, so every path that
+looks hosts up by token hash (ingest, the API auth) rejects the old token without knowing about
+revocation.
 """
 
 from __future__ import annotations
@@ -28,9 +29,16 @@ from greenops.telemetry.models import (
 )
 from greenops.telemetry.wire import IngestError, invalid
 
-ENROLL_TOKEN_TTL = timedelta(minutes=settings.ENROLL_TOKEN_TTL_MINUTES)
-FACT_FIELDS = {"cpu_model": 255, "instance_type": 64, "region": 64, "provider": 20,
-               "country": 3, "facts_source": 32}
+
+def enroll_token_ttl() -> timedelta:
+    """Read when a token is issued, so the Add host page's text and the token always agree."""
+    return timedelta(minutes=settings.ENROLL_TOKEN_TTL_MINUTES)
+
+
+# Each fact's limit is its column's, so a too-long value is a 422 naming it, never a 500.
+FACT_FIELDS = {name: Host._meta.get_field(name).max_length for name in (
+    "cpu_model", "instance_type", "region", "provider", "country", "facts_source")}
+HOSTNAME_MAX = Host._meta.get_field("hostname").max_length
 
 
 def issue_enrollment_token(team: Team, actor, now=None) -> tuple[EnrollmentToken, str]:
@@ -38,7 +46,7 @@ def issue_enrollment_token(team: Team, actor, now=None) -> tuple[EnrollmentToken
     token = ENROLL_TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = EnrollmentToken.objects.create(
         team=team, token_hash=hash_token(token), token_prefix=token[:10], created_by=actor,
-        expires_at=(now or timezone.now()) + ENROLL_TOKEN_TTL)
+        expires_at=(now or timezone.now()) + enroll_token_ttl())
     audit.record(team, actor, AuditEvent.Action.HOST_ENROLL_TOKEN, row.token_prefix + "…",
                  expires_at=row.expires_at.isoformat())
     return row, token
@@ -110,8 +118,9 @@ def enroll(doc, now=None) -> tuple[Host, str]:
     if not isinstance(doc, dict):
         raise invalid("", "the enrollment request must be a JSON object")
     hostname = doc.get("hostname")
-    if not isinstance(hostname, str) or not hostname.strip() or len(hostname) > 255:
-        raise invalid("hostname", "must be a non-empty string of at most 255 characters")
+    if not isinstance(hostname, str) or not hostname.strip() or len(hostname) > HOSTNAME_MAX:
+        raise invalid("hostname",
+                      f"must be a non-empty string of at most {HOSTNAME_MAX} characters")
     facts = _facts(doc)
     with transaction.atomic():
         row = _claim(doc.get("token"), now)

@@ -33,7 +33,8 @@ def host_list(request: HttpRequest, team: Team) -> HttpResponse:
 
 @team_permission("hosts.manage")
 def add_host(request: HttpRequest, team: Team) -> HttpResponse:
-    ctx: dict = {"team": team, "unit": agent_dist.systemd_unit()}
+    ctx: dict = {"team": team, "unit": agent_dist.systemd_unit(),
+                 "ttl_minutes": int(enrollment.enroll_token_ttl().total_seconds() // 60)}
     if request.method == "POST":
         row, token = enrollment.issue_enrollment_token(team, request.user)
         server = server_url(request)

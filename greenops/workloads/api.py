@@ -12,7 +12,9 @@ from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops.kpis import jobs
+from greenops.teams import audit
 from greenops.teams.auth import team_or_host_token_auth
+from greenops.teams.models import AuditEvent
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import ingest
 from greenops.telemetry.models import Gpu
@@ -91,7 +93,10 @@ def create_workload(request: HttpRequest, slug: str):
     form = WorkloadForm(_form_data(team, doc), team=team)
     if not form.is_valid():
         raise invalid(*first_error(form))
-    return Status(201, workload_out(form.save()))
+    workload = form.save()
+    audit.record(team, request.user, AuditEvent.Action.WORKLOAD_CREATED, workload.slug,
+                 name=workload.name)
+    return Status(201, workload_out(workload))
 
 
 def _caller_team(request: HttpRequest):

@@ -31,7 +31,9 @@ def _edit(request: HttpRequest, team: Team, workload_slug: str | None) -> HttpRe
         else None
     form = WorkloadForm(request.POST or None, instance=workload, team=team)
     if request.method == "POST" and form.is_valid():
-        form.save()
+        saved = form.save()
+        audit.record(team, request.user, AuditEvent.Action.WORKLOAD_CHANGED if workload
+                     else AuditEvent.Action.WORKLOAD_CREATED, saved.slug, name=saved.name)
         return redirect("workload-list", slug=team.slug)
     status = 400 if request.method == "POST" else 200
     return render(request, "workloads/edit.html",
