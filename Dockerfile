@@ -13,7 +13,7 @@ COPY manage.py ./
 # Editable install: the app runs from /app, where templates/ and static files live.
 RUN pip install -e . && python manage.py collectstatic --noinput
 
-RUN useradd --system --uid 1000 greenops
+RUN useradd --system --uid 1000 greenops && mkdir -p /app/var && chown greenops /app/var
 USER greenops
 EXPOSE 8000
 CMD ["gunicorn", "greenops.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4", "--access-logfile", "-"]

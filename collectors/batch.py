@@ -96,7 +96,8 @@ def decode(payload: bytes) -> dict:
 
 def restamp(payload: bytes, sent_at: float, spool: dict | None = None) -> bytes:
     """Set ``sent_at`` to the moment of sending: a spooled batch may go out hours late, and
-    the server compares ``sent_at`` with its own clock to spot agent clock skew. ``spool``
+    ``sent_at`` then still says when it left the host (the server checks it is a number;
+    ``greenops-agent doctor`` measures clock skew against GET /api/v1/time). ``spool``
     (depth, oldest_age_s) tells the server how far behind this host's shipping is."""
     doc = decode(payload)
     doc["sent_at"] = sent_at

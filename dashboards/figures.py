@@ -57,8 +57,10 @@ def energy(usage: dict) -> dict:
         bars = per_host.setdefault(s["host"], {})
         for t, kwh in zip(s["t"], s["energy_kwh"], strict=True):
             bars[t] = bars.get(t, 0.0) + kwh
+    simulated = {s["host"] for s in usage["series"] if s["simulated"]}
     traces = [
-        {"type": "bar", "name": host, "x": list(bars), "y": [round(v, 6) for v in bars.values()],
+        {"type": "bar", "name": host + (" (simulated)" if host in simulated else ""),
+         "x": list(bars), "y": [round(v, 6) for v in bars.values()],
          "hovertemplate": "%{y:.4f} kWh<extra>" + host + "</extra>"}
         for host, bars in sorted(per_host.items())
     ]

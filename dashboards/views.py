@@ -32,7 +32,9 @@ def home(request: HttpRequest) -> HttpResponse:
 def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     key = _range(request)
     usage = team_usage(team, key)
-    hosts = list(team.hosts.prefetch_related("gpus"))
+    # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
+    # them separately).
+    hosts = list(team.hosts.filter(removed_at__isnull=True).prefetch_related("gpus"))
     ctx = {
         "team": team,
         "usage": usage,

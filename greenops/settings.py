@@ -7,8 +7,11 @@ in-process tasks. Setting DATABASE_URL / REDIS_URL switches to PostgreSQL and Ce
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -68,7 +71,23 @@ def database_from_url(url: str) -> dict:
 
 DATA_DIR = Path(os.environ.get("GREENOPS_DATA_DIR", BASE_DIR / "var"))
 
-SECRET_KEY = os.environ.get("SECRET_KEY", "dev-only-insecure-key-change-me")
+def secret_key() -> str:
+    """SECRET_KEY from the environment; otherwise a random key kept in DATA_DIR, so no install
+    ever runs with a key that is public in this repository."""
+    key = os.environ.get("SECRET_KEY", "")
+    if key.startswith("change-me"):
+        raise ImproperlyConfigured("SECRET_KEY still holds the .env.example placeholder")
+    if key:
+        return key
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = secret_key()
 DEBUG = envbool("DEBUG", False)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
@@ -171,6 +190,11 @@ ENROLL_TOKEN_TTL_MINUTES = envint("ENROLL_TOKEN_TTL_MINUTES", 60)
 # Google 1.10 fleet-wide in 2023): give such hosts a site with that PUE.
 GREENOPS_DEFAULT_PUE = envfloat("GREENOPS_DEFAULT_PUE", 1.56)
 
+# --- Costs ---------------------------------------------------------------------------------
+# Regions whose spot prices the refresh asks for (comma-separated); empty: every region with a
+# GPU on-demand price in the catalog.
+GREENOPS_SPOT_REGIONS = envlist("GREENOPS_SPOT_REGIONS", "")
+
 # --- Celery --------------------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
@@ -207,6 +231,13 @@ CACHES = {
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "greenops@localhost")
+# For EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend (Django's defaults otherwise).
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 10)  # a dead mail server must not hang the invite page
 
 LOGGING = {
     "version": 1,

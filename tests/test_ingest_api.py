@@ -200,3 +200,72 @@ def test_batch_id_of_another_host_conflicts(host, other_team, post_batch):
     r = post_batch(other_token, doc)
     assert r.status_code == 409 and r.json()["field"] == "batch_id"
     assert GpuSample.objects.count() == 5
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("key,value,field", [
+    ("agent_version", "a\x00b", "agent_version"),
+    ("sent_at", "yesterday", "sent_at"),
+])
+def test_bad_batch_metadata_is_refused(host, post_batch, key, value, field):
+    _, token = host
+    r = post_batch(token, make_batch(**{key: value}))
+    assert r.status_code == 422 and r.json()["field"] == field
+    assert stored() == (0, 0)
+
+
+@pytest.mark.django_db
+def test_nul_in_inventory_strings_is_a_422(host, client):
+    _, token = host
+    doc = {"gpus": [{"index": 0, "uuid": "GPU-\x00", "name": "x"}], "hostname": "h"}
+    r = client.post("/api/v1/inventory", orjson.dumps(doc), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert r.status_code == 422 and r.json()["field"] == "gpus[0].uuid"
+
+
+@pytest.mark.django_db
+def test_body_over_the_raw_limit_is_a_json_413(host, post_batch, settings):
+    _, token = host
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    r = post_batch(token, make_batch(n_per_gpu=50), gzip_body=False)
+    assert r.status_code == 413 and r.json()["error"] == "too_large"
+    assert stored() == (0, 0)
+
+
+@pytest.mark.django_db
+def test_unreachable_broker_still_answers_202_and_beat_stores_it(host, client, monkeypatch,
+                                                                 django_capture_on_commit_callbacks):
+    from greenops.telemetry import tasks
+    from greenops.telemetry.tasks import process_pending_batches
+    from tests.conftest import gz
+
+    def broker_down(*args, **kwargs):
+        raise ConnectionRefusedError("redis is down")
+
+    monkeypatch.setattr(tasks.store_batch, "delay", broker_down)
+    _, token = host
+    with django_capture_on_commit_callbacks(execute=True) as hooks:
+        r = client.post("/api/v1/samples", gz(make_batch(n_per_gpu=3)),
+                        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}",
+                        HTTP_CONTENT_ENCODING="gzip")
+    assert r.status_code == 202 and len(hooks) == 1  # the enqueue ran, and failed quietly
+    assert GpuSample.objects.count() == 0
+    assert process_pending_batches(older_than_s=0) == 1
+    assert GpuSample.objects.count() == 6
+
+
+@pytest.mark.django_db
+def test_gpu_removed_before_processing_fails_the_batch_instead_of_misfiling(host, client):
+    from greenops.telemetry.ingest import process_batch
+    from tests.conftest import gz
+
+    h, token = host
+    doc = make_batch(n_per_gpu=3)
+    r = client.post("/api/v1/samples", gz(doc), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_CONTENT_ENCODING="gzip")
+    assert r.status_code == 202
+    h.gpus.get(index=1).delete()
+    assert process_batch(doc["batch_id"]) == 0
+    batch = IngestBatch.objects.get()
+    assert batch.status == "failed" and "GPU 1" in batch.error
+    assert GpuSample.objects.count() == 0

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest
 from ninja import NinjaAPI, Schema
 from ninja.responses import Status
@@ -27,6 +29,13 @@ def on_ingest_error(request: HttpRequest, exc: IngestError):
     if exc.status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="greenops"'
     return response
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_too_big(request: HttpRequest, exc: RequestDataTooBig):
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    message = f"request body is larger than {limit} bytes (INGEST_MAX_BODY_BYTES)"
+    return on_ingest_error(request, IngestError(413, "too_large", None, message))
 
 
 @api.exception_handler(Http404)

@@ -8,6 +8,7 @@ finds the pending row. Views call these functions; tests call them directly.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 import uuid
 
@@ -18,6 +19,8 @@ from django.utils import timezone
 from greenops.telemetry import late, store, wire
 from greenops.telemetry.models import Gpu, Host, IngestBatch, hash_token
 from greenops.telemetry.wire import IngestError, invalid
+
+log = logging.getLogger(__name__)
 
 
 def host_for_token(header: str | None) -> Host:
@@ -75,7 +78,7 @@ def accept_batch(host: Host, body: bytes, content_encoding: str | None) -> dict:
     _touch_host(host, batch.agent_version, spool)
     from greenops.telemetry.tasks import store_batch
 
-    transaction.on_commit(lambda: store_batch.delay(str(batch.batch_id)))
+    transaction.on_commit(lambda: _enqueue(store_batch, str(batch.batch_id)))
     return {"batch_id": str(batch.batch_id), "status": "queued", "samples": batch.n}
 
 
@@ -112,6 +115,15 @@ def _touch_host(host: Host, agent_version: str, spool: tuple[int, float | None] 
     Host.objects.filter(id=host.id).update(last_seen=now, agent_version=version, **spool_fields)
 
 
+def _enqueue(task, batch_id: str) -> None:
+    """The batch is already durable: if the broker is unreachable, the agent must still get its
+    202 (beat's catch-up stores the batch once the broker is back), not a 500 it would retry."""
+    try:
+        task.delay(batch_id)
+    except Exception:  # kombu raises several types for a broker that is down
+        log.warning("could not queue batch %s; beat will pick it up", batch_id, exc_info=True)
+
+
 def process_batch(batch_id: str) -> int | None:
     """Store a pending batch's samples. Returns samples inserted, None if already processed."""
     store.prepare_session()
@@ -129,7 +141,9 @@ def process_batch(batch_id: str) -> int | None:
             )
             batch = wire.parse_batch(doc, now_s=time.time(), max_samples=1 << 40,
                                      max_future_s=float("inf"), max_age_s=float("inf"))
-            inserted = store.store_batch(batch, known_gpus(row.host_id))
+            gpu_ids = known_gpus(row.host_id)
+            wire.check_gpu_indices(batch, set(gpu_ids))  # a GPU may have gone since acceptance
+            inserted = store.store_batch(batch, gpu_ids)
         except IngestError as exc:  # a GPU was removed between acceptance and processing
             row.status, row.error, row.payload = IngestBatch.Status.FAILED, exc.message, b""
             row.processed_at = timezone.now()
@@ -160,6 +174,11 @@ def pending_batch_ids(cutoff, limit: int) -> list:
 INVENTORY_LIMIT = 64
 
 
+def _text_ok(value, max_len: int) -> bool:
+    # PostgreSQL text cannot hold NUL: refuse it here as bad input rather than fail in the write.
+    return isinstance(value, str) and len(value) <= max_len and "\x00" not in value
+
+
 def register_inventory(host: Host, doc) -> list[Gpu]:
     """The agent tells which GPUs the host has; unknown indices become Gpu rows."""
     if not isinstance(doc, dict):
@@ -177,7 +196,7 @@ def register_inventory(host: Host, doc) -> list[Gpu]:
         if type(index) is not int or not 0 <= index <= 1023:
             raise invalid(f"gpus[{i}].index", "must be an integer between 0 and 1023")
         for key in ("uuid", "name"):
-            if not isinstance(g.get(key, ""), str) or len(g.get(key, "")) > 96:
+            if not _text_ok(g.get(key, ""), 96):
                 raise invalid(f"gpus[{i}].{key}", "must be a string of at most 96 characters")
         for key in ("power_limit_w", "memory_total_mib"):
             v = g.get(key)
@@ -185,8 +204,10 @@ def register_inventory(host: Host, doc) -> list[Gpu]:
                 raise invalid(f"gpus[{i}].{key}", "must be a non-negative number or null")
         clean.append(g)
     for key in ("agent_version", "hostname"):
-        if not isinstance(doc.get(key, ""), str) or len(doc.get(key, "")) > 255:
-            raise invalid(key, "must be a string")
+        # Checked against the column, so an overlong value is a 422 here, not a database error.
+        limit = Host._meta.get_field(key).max_length
+        if not _text_ok(doc.get(key, ""), limit):
+            raise invalid(key, f"must be a string of at most {limit} characters")
     with transaction.atomic():
         for g in clean:
             Gpu.objects.update_or_create(

@@ -203,8 +203,11 @@ def parse_batch(
     if not isinstance(doc.get("batch_id"), str):
         raise invalid("batch_id", "must be a UUID string")
     agent_version = doc.get("agent_version", "")
-    if not isinstance(agent_version, str) or len(agent_version) > 32:
+    if not isinstance(agent_version, str) or len(agent_version) > 32 or "\x00" in agent_version:
         raise invalid("agent_version", "must be a string of at most 32 characters")
+    sent_at = doc.get("sent_at")
+    if sent_at is not None and (type(sent_at) not in (int, float) or not math.isfinite(sent_at)):
+        raise invalid("sent_at", "must be Unix seconds (a number)")
     source = doc.get("source")
     if source not in SOURCES:
         raise invalid("source", f"must be one of {', '.join(SOURCES)}")
