@@ -30,6 +30,8 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 SNAPSHOTS = (
     DATA_DIR / "aws_prices_2025-05-31.json",
     DATA_DIR / "aws_prices_2026-11-09.json",
+    # GCP from SkyPilot's catalog; its rows name their own provider (no AWS row overlaps).
+    DATA_DIR / "cloud_prices_2025-01-01.json",
 )
 SNAPSHOT = SNAPSHOTS[-1]
 
@@ -48,21 +50,24 @@ def load_snapshot(path: Path = SNAPSHOT, instance_type_model=InstanceType,
     """Upsert one bundled snapshot. A row already refreshed after the row's date is kept:
     a newer observed price must never be overwritten by an older list price. A row may carry
     its own `as_of` (figures of one file come from sources of different dates); otherwise the
-    file's date applies. (The model arguments let data migrations pass historical models.)"""
+    file's date applies. Likewise a row or instance type may name its own `provider`, so one
+    file can carry several clouds; otherwise the file's provider applies. (The model arguments
+    let data migrations pass historical models.)"""
     doc = json.loads(path.read_text())
     meta = doc["metadata"]
-    provider = meta["provider"]
+    file_provider = meta.get("provider")
     file_as_of = _parse_date(meta["as_of"])
     written = 0
     with transaction.atomic():
         for name, spec in doc["instance_types"].items():
+            spec = dict(spec)
             instance_type_model.objects.update_or_create(
-                provider=provider, name=name,
+                provider=spec.pop("provider", file_provider), name=name,
                 defaults={**spec, "source": f"snapshot {path.name}"},
             )
         for row in doc["prices"]:
             key = {
-                "provider": provider, "region": row["region"],
+                "provider": row.get("provider", file_provider), "region": row["region"],
                 "instance_type": row["instance_type"], "option": row["option"],
                 "term_years": row.get("term_years"), "payment": row.get("payment", ""),
             }
