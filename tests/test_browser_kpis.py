@@ -55,7 +55,7 @@ def test_kpi_journey(live_server, page, users, team):  # noqa: F811
     page.get_by_role("link", name="warm-up run").click()
     page.get_by_text("running").first.wait_for()
 
-    page.get_by_role("link", name="Costs", exact=True).click()
+    page.get_by_role("navigation", name="Team sections").get_by_role("link", name="Costs").click()
     page.get_by_role("heading", name="Recommendations").wait_for()
 
     page.get_by_role("link", name="Methodology").click()

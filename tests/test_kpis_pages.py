@@ -148,3 +148,19 @@ def test_change_is_not_shown_against_a_partly_measured_previous_period(team):
     ov = queries.overview(team, None, "day", now)
     assert ov["comparable"]
     assert ov["change_pct"]["energy_kwh"] == pytest.approx((10 - 5.1) / 5.1 * 100)
+
+
+def test_kpi_api_takes_any_window(client, users, team, live_data):
+    hour = rollup.floor_hour(timezone.now())
+    client.force_login(users["member"])
+    start = (hour + dt.timedelta(minutes=20)).isoformat()
+    end = (hour + dt.timedelta(minutes=40)).isoformat()
+    r = client.get(f"/api/v1/teams/{team.slug}/kpis", {"start": start, "end": end})
+    assert r.status_code == 200, r.content
+    data = r.json()
+    assert data["start"] == hour.isoformat()  # widened to the hour rollup it reads
+    assert data["current"]["energy_kwh"] == pytest.approx(1.0)
+    for params, field in [({"start": start}, "end"), ({"start": "yesterday", "end": end}, "start"),
+                          ({"start": end, "end": start}, "end")]:
+        r = client.get(f"/api/v1/teams/{team.slug}/kpis", params)
+        assert r.status_code == 422 and r.json()["field"] == field

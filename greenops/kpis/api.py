@@ -32,7 +32,9 @@ INFERENCE_SCHEMA = {
                 "requests": {**_COUNT, "description": "Inferences in the window (delta)"},
                 "success": _COUNT, "failure": _COUNT,
                 "tokens": {**_COUNT, "description": "Generated tokens in the window"},
-                "latency": {"type": "object", "required": ["le", "counts"], "properties": {
+                "latency": {"type": "object", "description": "a histogram (le + counts) or a "
+                            "mean (sum + count, e.g. Triton's default duration counter)",
+                            "properties": {
                     "unit": {"enum": list(inference.UNIT_TO_MS)},
                     "le": {"type": "array", "items": {"type": "number"}},
                     "counts": {"type": "array", "items": _COUNT,
@@ -40,6 +42,7 @@ INFERENCE_SCHEMA = {
                     "cumulative": {"type": "boolean",
                                    "description": "true for Prometheus _bucket deltas"},
                     "sum": {"type": "number"},
+                    "count": {**_COUNT, "description": "how many latencies sum adds up"},
                 }},
             },
         }},
@@ -62,11 +65,18 @@ def post_inference(request: HttpRequest):
 
 @router.get("/teams/{slug}/kpis", auth=django_auth, response={200: dict},
             summary="KPIs of a team or one of its workloads, with the previous period")
-def get_kpis(request: HttpRequest, slug: str, range: str = "day", workload: str = ""):
+def get_kpis(request: HttpRequest, slug: str, range: str = "day", workload: str = "",
+             start: str = "", end: str = ""):
+    """`range` picks a preset; `start` and `end` (ISO 8601) ask for any other window, which is
+    widened to whole hours (whole days beyond 31 days) because rollups are hourly and daily."""
     team, _role = authorize_api(request.user, slug, "team.view")
+    wl = get_object_or_404(Workload, team=team, slug=workload) if workload else None
+    if start or end:
+        lo, hi = queries.custom_window(start, end)
+        return Status(200, {"team": team.slug, "workload": workload or None,
+                            **queries.window_kpis(team, wl, lo, hi)})
     if range not in queries.RANGES:
         raise IngestError(422, "validation_error", "range",
                           f"one of {', '.join(queries.RANGES)}")
-    wl = get_object_or_404(Workload, team=team, slug=workload) if workload else None
     return Status(200, {"team": team.slug, "workload": workload or None,
                         **queries.overview(team, wl, range)})

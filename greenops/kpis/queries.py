@@ -9,6 +9,7 @@ from django.utils import timezone
 from greenops.kpis import metrics
 from greenops.kpis.models import KpiRollup, Period
 from greenops.teams.models import Team
+from greenops.telemetry.wire import invalid
 from greenops.workloads.models import Workload
 
 # Ranges offered by the KPI pages; each compares with the period of equal length before it.
@@ -28,6 +29,44 @@ def window(range_key: str, now: dt.datetime | None = None) -> tuple[dt.datetime,
     if period == Period.DAY:
         end = now.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
     return end - span, end
+
+
+MAX_CUSTOM_SPAN = dt.timedelta(days=400)
+
+
+def _parse_time(value: str, field: str) -> dt.datetime:
+    try:
+        t = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise invalid(field, "must be an ISO 8601 date or time, e.g. 2026-11-01T00:00Z") from None
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def custom_window(start: str, end: str) -> tuple[dt.datetime, dt.datetime]:
+    if not start or not end:
+        raise invalid("start" if not start else "end", "start and end go together")
+    lo, hi = _parse_time(start, "start"), _parse_time(end, "end")
+    if hi <= lo:
+        raise invalid("end", "must be after start")
+    if hi - lo > MAX_CUSTOM_SPAN:
+        raise invalid("end", f"a window may span at most {MAX_CUSTOM_SPAN.days} days")
+    return lo.astimezone(dt.UTC), hi.astimezone(dt.UTC)
+
+
+def window_kpis(team: Team, workload: Workload | None, start: dt.datetime,
+                end: dt.datetime) -> dict:
+    """KPIs for any window, widened to the rollups' buckets (and saying so)."""
+    period = Period.DAY if end - start > dt.timedelta(days=31) else Period.HOUR
+    step = dt.timedelta(days=1) if period == Period.DAY else dt.timedelta(hours=1)
+    floor = start.replace(minute=0, second=0, microsecond=0)
+    if period == Period.DAY:
+        floor = floor.replace(hour=0)
+    ceil = floor
+    while ceil < end:
+        ceil += step
+    return {"period": period, "requested": {"start": start.isoformat(), "end": end.isoformat()},
+            "start": floor.isoformat(), "end": ceil.isoformat(),
+            "current": kpis(team, workload, floor, ceil, period)}
 
 
 def rows(team: Team, workload: Workload | None, period: str, start: dt.datetime,
