@@ -164,3 +164,15 @@ def test_kpi_api_takes_any_window(client, users, team, live_data):
                           ({"start": end, "end": start}, "end")]:
         r = client.get(f"/api/v1/teams/{team.slug}/kpis", params)
         assert r.status_code == 422 and r.json()["field"] == field
+
+
+def test_workload_page_says_when_its_gpus_are_shared(client, users, team, live_data):
+    other = Workload.objects.create(team=team, name="Reranker", kind="inference")
+    other.gpus.add(*live_data["workload"].gpus.all())
+    client.force_login(users["member"])
+    html = client.get(f"/teams/{team.slug}/kpis/workloads/ranker/").content.decode()
+    assert 'id="shared-gpus"' in html and "Reranker" in html
+    alone = Workload.objects.create(team=team, name="Solo", kind="inference")
+    assert alone.sharing() == []
+    assert 'id="shared-gpus"' not in client.get(
+        f"/teams/{team.slug}/kpis/workloads/solo/").content.decode()

@@ -60,6 +60,7 @@ def workload(request: HttpRequest, team: Team, workload_slug: str) -> HttpRespon
         "ranges": queries.RANGES, "series": s,
         "charts": [{"id": f"fig-{name}", "fig": fig} for name, fig in figs.items()],
         "jobs": wl.training_jobs.all()[:50],
+        "sharing": wl.sharing(),
     })
 
 

@@ -52,6 +52,12 @@ class Workload(models.Model):
             self.slug = slugify(self.name)[:100] or "workload"
         super().save(*args, **kwargs)
 
+    def sharing(self) -> list[Workload]:
+        """Other workloads of the team that run on at least one of this workload's GPUs."""
+        mine = set(self.gpu_queryset().values_list("id", flat=True))
+        return [w for w in Workload.objects.filter(team_id=self.team_id).exclude(id=self.id)
+                if mine & set(w.gpu_queryset().values_list("id", flat=True))]
+
     def gpu_queryset(self):
         """Every GPU this workload runs on: the linked GPUs plus all GPUs of linked hosts."""
         return Gpu.objects.filter(
