@@ -30,7 +30,8 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 SNAPSHOTS = (
     DATA_DIR / "aws_prices_2025-05-31.json",
     DATA_DIR / "aws_prices_2026-11-09.json",
-    # GCP from SkyPilot's catalog; its rows name their own provider (no AWS row overlaps).
+    # GCP and Azure from SkyPilot's catalogs; its rows name their own provider (no AWS row
+    # overlaps). Loaded by migrations 0005 (GCP) and 0006 (re-run after the Azure rows).
     DATA_DIR / "cloud_prices_2025-01-01.json",
 )
 SNAPSHOT = SNAPSHOTS[-1]
