@@ -9,7 +9,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +25,18 @@ def run_due(next_run: dict[str, float], now: float) -> list[str]:
             continue
         next_run[name] = now + float(entry["schedule"])
         try:
-            app.tasks[entry["task"]].apply(kwargs=entry.get("kwargs", {})).get()
-            ran.append(name)
+            result = app.tasks[entry["task"]].apply(kwargs=entry.get("kwargs", {}))
         except Exception:  # one failing task must not stop the others, or the thread
             log.exception("embedded beat: %s failed", name)
+        else:
+            # apply() records a task's failure in its result instead of raising it.
+            if result.failed():
+                log.error("embedded beat: %s failed\n%s", name, result.traceback)
+            else:
+                ran.append(name)
         finally:
-            close_old_connections()
+            if not connection.in_atomic_block:  # the thread's own connection, between tasks
+                close_old_connections()
     return ran
 
 

@@ -135,6 +135,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, port: int, days: float, no_serve: bool, **options) -> None:
         Path(settings.DATA_DIR).mkdir(parents=True, exist_ok=True)
+        # Static files are served from the apps (no collectstatic in the demo); an empty
+        # STATIC_ROOT keeps WhiteNoise from warning that it is missing.
+        Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
         team, live_token = self.seed(days)
         url = f"http://127.0.0.1:{port}"
