@@ -91,7 +91,8 @@ SECRET_KEY = secret_key()
 DEBUG = envbool("DEBUG", False)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
-SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000")
+# Public base URL for links in emails and install commands; empty: the URL of the request.
+SITE_URL = os.environ.get("SITE_URL", "")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

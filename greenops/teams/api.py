@@ -7,6 +7,7 @@ from ninja import Router, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
+from greenops.site import site_url
 from greenops.teams import invitations
 from greenops.teams.models import Role
 from greenops.teams.permissions import ROLE_ORDER, authorize_api, matrix_rows
@@ -49,7 +50,8 @@ def create_invitation(request: HttpRequest, slug: str, body: InviteIn):
     if body.role not in Role.values:
         raise invalid("role", f"must be one of {', '.join(Role.values)}")
     try:
-        inv, _link = invitations.invite(team, request.user, body.email, body.role)
+        inv, _link = invitations.invite(team, request.user, body.email, body.role,
+                                        site_url=site_url(request))
     except invitations.InvitationMailError as exc:
         raise IngestError(502, "mail_failed", "email", str(exc)) from None
     return Status(201, {"email": inv.email, "role": inv.role,

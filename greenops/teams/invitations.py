@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from greenops.site import site_url as default_site_url
 from greenops.teams import audit
 from greenops.teams.models import INVITATION_PREFIX, AuditEvent, Invitation, Membership, Role, Team
 
@@ -64,8 +65,7 @@ def invite(team: Team, actor, email: str, role: str, *, site_url: str | None = N
         inv = Invitation.objects.create(team=team, email=email.strip().lower(), role=role,
                                         token_hash=_hash(token), created_by=actor,
                                         expires_at=now + INVITATION_TTL)
-        link = (site_url or settings.SITE_URL).rstrip("/") + reverse("invitation-accept",
-                                                                       args=[token])
+        link = (site_url or default_site_url()) + reverse("invitation-accept", args=[token])
         audit.record(team, actor, AuditEvent.Action.MEMBER_INVITED, inv.email, role=role)
         try:
             send_mail(

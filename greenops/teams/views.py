@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from greenops.site import site_url
 from greenops.teams import invitations, membership
 from greenops.teams.forms import InviteForm, RoleForm, TeamForm
 from greenops.teams.models import Invitation, Membership, Team
@@ -37,7 +38,8 @@ def members(request: HttpRequest, team: Team) -> HttpResponse:
         if form.is_valid():
             try:
                 inv, link = invitations.invite(team, request.user, form.cleaned_data["email"],
-                                               form.cleaned_data["role"])
+                                               form.cleaned_data["role"],
+                                               site_url=site_url(request))
             except invitations.InvitationMailError as exc:
                 return _members_page(request, team, form, invite_error=str(exc), status=502)
             if invitations.mail_goes_nowhere():

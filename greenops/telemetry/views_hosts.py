@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from greenops.site import site_url
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry import agent_dist, enrollment
@@ -17,8 +18,9 @@ from greenops.telemetry.models import Host
 
 
 def server_url(request: HttpRequest) -> str:
-    # The URL the admin's browser used is the one the host can most likely reach too.
-    return request.build_absolute_uri("/").rstrip("/")
+    # SITE_URL when configured; else the URL the admin's browser used, which the host can most
+    # likely reach too.
+    return site_url(request)
 
 
 @team_permission("hosts.view")
