@@ -112,6 +112,10 @@ def commitment(subject: str, hourly_counts: list[int], on_demand_usd_per_hour: f
     )
 
 
+ASSUMED_BAND = (" (assumed: no Spot Instance Advisor band known; an operator loads them with "
+                "manage.py load_spot_advisor)")
+
+
 def spot_overhead(band: str, checkpoint_interval_min: float, restart_min: float = RESTART_MIN
                   ) -> float:
     """Extra work as a share of run time: interruptions per hour x work lost per interruption
@@ -189,7 +193,7 @@ def spot_fit(w: WorkloadTraits, on_demand_usd_per_hour: float, spot_usd_per_hour
         else 0.0, risk, extra_kwh, co2e_kg(extra_kwh, intensity_g_per_kwh),
         f"{w.name} can be interrupted. Spot at ${spot_usd_per_hour:.4f}/h against "
         f"${on_demand_usd_per_hour:.4f}/h on-demand; with interruption band {used_band}"
-        f"{'' if band_known else ' (assumed: no Spot Instance Advisor band known)'} each "
+        f"{'' if band_known else ASSUMED_BAND} each "
         f"interruption loses {lost} plus {RESTART_MIN:.0f} minutes to restart, "
         f"{overhead:.3%} extra run time, which also costs that much more energy.",
         detail=detail,
