@@ -10,3 +10,6 @@ os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "true")
 # Live-server request threads must not keep connections open past their request, or the test
 # database cannot be dropped at the end of the run.
 os.environ.setdefault("DB_CONN_MAX_AGE", "0")
+# Tests never ask a real cloud metadata service (169.254.169.254): agent subprocesses inherit this,
+# and tests that exercise metadata point at a local fake instead.
+os.environ.setdefault("GREENOPS_METADATA_URL", "off")

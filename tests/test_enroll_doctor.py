@@ -69,18 +69,32 @@ def test_server_down_and_not_configured():
     assert none.status == doctor.FAIL and "enroll" in none.detail
 
 
+def _silent_listener():
+    """A local socket that accepts connections but never answers: a metadata service that
+    hangs, without sending a packet anywhere but loopback."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    return sock, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
 def test_metadata_service_that_does_not_answer_costs_at_most_its_timeout():
-    started = time.monotonic()
-    # 192.0.2.0/24 is TEST-NET-1: routed nowhere, so this is a timeout or an instant refusal.
-    assert enroll.cloud_facts("http://192.0.2.1", timeout_s=0.3) == {}
-    assert time.monotonic() - started < 1.5
+    sock, url = _silent_listener()
+    try:
+        started = time.monotonic()
+        assert enroll.cloud_facts(url, timeout_s=0.3) == {}
+        assert time.monotonic() - started < 1.5
+    finally:
+        sock.close()
     assert enroll.cloud_facts(None) == {}
 
 
 def test_configured_facts_win_and_skip_the_metadata_service():
     facts = enroll.gather_facts({"instance_type": "a2-highgpu-1g", "region": "us-central1",
                                  "provider": "gcp", "country": None},
-                                metadata_url="http://192.0.2.1")
+                                metadata_url="http://127.0.0.1:9")  # never asked
     assert facts["instance_type"] == "a2-highgpu-1g" and facts["facts_source"] == "config"
     assert "country" not in facts and facts["ram_total_mib"] > 0
 
