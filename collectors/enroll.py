@@ -22,7 +22,9 @@ from collectors import __version__
 from collectors.config import DEFAULT_CONFIG_FILE, user_config_file
 from collectors.probe import request_json
 
-METADATA_URL = "http://169.254.169.254"  # AWS IMDSv2; tests point --metadata-url elsewhere
+# AWS, Azure and GCP all serve instance metadata at this address; tests point --metadata-url at
+# a local fake instead.
+METADATA_URL = "http://169.254.169.254"
 METADATA_TIMEOUT_S = 0.3  # off-cloud the address does not answer; do not make enroll wait
 
 
@@ -66,26 +68,56 @@ def _imds(base: str, path: str, token: str, timeout_s: float) -> str | None:
         return resp.read(4096).decode("utf-8", "replace").strip() or None
 
 
+def _get(url: str, headers: dict, timeout_s: float) -> bytes:
+    req = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return resp.read(65536)
+
+
+def _aws_facts(base: str, timeout_s: float) -> dict:
+    req = urllib.request.Request(base + "/latest/api/token", method="PUT",
+                                 headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        token = resp.read(4096).decode().strip()
+    instance_type = _imds(base, "/latest/meta-data/instance-type", token, timeout_s)
+    region = _imds(base, "/latest/meta-data/placement/region", token, timeout_s)
+    return {"provider": "aws", "facts_source": "aws-imds", "instance_type": instance_type,
+            "region": region}
+
+
+def _gcp_facts(base: str, timeout_s: float) -> dict:
+    headers = {"Metadata-Flavor": "Google"}
+    path = "/computeMetadata/v1/instance/"
+    # "projects/123/machineTypes/a2-highgpu-1g" and "projects/123/zones/us-central1-a"
+    machine = _get(base + path + "machine-type", headers, timeout_s).decode().rsplit("/", 1)[-1]
+    zone = _get(base + path + "zone", headers, timeout_s).decode().rsplit("/", 1)[-1]
+    return {"provider": "gcp", "facts_source": "gcp-metadata", "instance_type": machine,
+            "region": zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else zone}
+
+
+def _azure_facts(base: str, timeout_s: float) -> dict:
+    doc = json.loads(_get(base + "/metadata/instance/compute?api-version=2021-02-01",
+                          {"Metadata": "true"}, timeout_s))
+    return {"provider": "azure", "facts_source": "azure-imds",
+            "instance_type": doc.get("vmSize"), "region": doc.get("location")}
+
+
 def cloud_facts(base: str | None, timeout_s: float = METADATA_TIMEOUT_S) -> dict:
-    """Instance type and region from AWS IMDSv2, or {} when nothing answers quickly."""
+    """Instance type and region from the cloud's metadata service (AWS IMDSv2, GCP, Azure), or
+    {} when nothing answers quickly. Off-cloud the first attempt times out and no other is
+    tried, so enroll waits at most about timeout_s."""
     if not base:
         return {}
     base = base.rstrip("/")
-    try:
-        req = urllib.request.Request(base + "/latest/api/token", method="PUT",
-                                     headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            token = resp.read(4096).decode().strip()
-        instance_type = _imds(base, "/latest/meta-data/instance-type", token, timeout_s)
-        region = _imds(base, "/latest/meta-data/placement/region", token, timeout_s)
-    except (OSError, urllib.error.URLError, ValueError):
-        return {}
-    facts = {"provider": "aws", "facts_source": "aws-imds"}
-    if instance_type:
-        facts["instance_type"] = instance_type[:64]
-    if region:
-        facts["region"] = region[:64]
-    return facts
+    for ask in (_aws_facts, _gcp_facts, _azure_facts):
+        try:
+            facts = ask(base, timeout_s)
+        except urllib.error.HTTPError:
+            continue  # something answered, but not this cloud's API: try the next
+        except (OSError, urllib.error.URLError, ValueError, json.JSONDecodeError):
+            return {}  # nothing answers (or garbage): not on a cloud we know
+        return {k: (v[:64] if isinstance(v, str) else v) for k, v in facts.items() if v}
+    return {}
 
 
 def gather_facts(configured: dict, metadata_url: str | None) -> dict:

@@ -120,3 +120,65 @@ def test_write_config_is_0600_atomic_and_merges(tmp_path):
     assert tomllib.loads(path.read_text()) == {"server": "http://b", "token": 'gho_"2',
                                                 "spool_max_mb": 64}
     assert [p.name for p in path.parent.iterdir()] == ["agent.toml"]  # no temp file left
+
+
+class _FakeCloud:
+    """Serves one cloud's metadata API on loopback; anything else is a 404 as real ones do."""
+
+    def __init__(self, routes: dict[tuple[str, str], tuple[dict, bytes]]):
+        import http.server
+        import threading
+
+        outer = routes
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _serve(self):
+                want = outer.get((self.command, self.path))
+                if want is None or any(self.headers.get(k) != v for k, v in want[0].items()):
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(want[1])))
+                self.end_headers()
+                self.wfile.write(want[1])
+
+            do_GET = do_PUT = _serve  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+
+
+def test_gcp_metadata():
+    g = {"Metadata-Flavor": "Google"}
+    cloud = _FakeCloud({
+        ("GET", "/computeMetadata/v1/instance/machine-type"):
+            (g, b"projects/1234/machineTypes/a2-highgpu-1g"),
+        ("GET", "/computeMetadata/v1/instance/zone"): (g, b"projects/1234/zones/us-central1-a"),
+    })
+    try:
+        assert enroll.cloud_facts(cloud.url) == {
+            "provider": "gcp", "facts_source": "gcp-metadata", "instance_type": "a2-highgpu-1g",
+            "region": "us-central1"}
+    finally:
+        cloud.close()
+
+
+def test_azure_metadata():
+    body = b'{"vmSize": "Standard_NC24ads_A100_v4", "location": "eastus", "name": "vm1"}'
+    cloud = _FakeCloud({
+        ("GET", "/metadata/instance/compute?api-version=2021-02-01"): ({"Metadata": "true"}, body),
+    })
+    try:
+        assert enroll.cloud_facts(cloud.url) == {
+            "provider": "azure", "facts_source": "azure-imds",
+            "instance_type": "Standard_NC24ads_A100_v4", "region": "eastus"}
+    finally:
+        cloud.close()
