@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from greenops.teams.models import AuditEvent
 from greenops.telemetry import enrollment
-from greenops.telemetry.models import EnrollmentToken, Gpu, GpuSample, Host, hash_token
+from greenops.telemetry.models import EnrollmentToken, Gpu, GpuSample, Host
+from greenops.tokens import hash_token
 from tests.conftest import make_batch
 
 GPUS = [{"index": 0, "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3", "power_limit_w": 700.0,

@@ -51,7 +51,8 @@ def caller_for_token(token: str | None, *, allow_host: bool) -> Caller:
     if row is not None:
         return Caller(team=row.team, api_token=row)
     if allow_host:
-        from greenops.telemetry.models import Host, hash_token
+        from greenops.telemetry.models import Host
+        from greenops.tokens import hash_token
 
         host = Host.objects.filter(token_hash=hash_token(token)).select_related("team").first()
         if host is not None:

@@ -7,8 +7,6 @@ opened twice (or by two people) admits exactly one.
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from datetime import timedelta
 
 from django.conf import settings
@@ -20,6 +18,7 @@ from django.utils import timezone
 from greenops.site import site_url as default_site_url
 from greenops.teams import audit
 from greenops.teams.models import INVITATION_PREFIX, AuditEvent, Invitation, Membership, Role, Team
+from greenops.tokens import hash_token, new_token
 
 INVITATION_TTL = timedelta(days=settings.INVITATION_TTL_DAYS)
 
@@ -30,10 +29,6 @@ class InvitationError(ValueError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class InvitationMailError(RuntimeError):
@@ -59,11 +54,11 @@ def invite(team: Team, actor, email: str, role: str, *, site_url: str | None = N
     if role not in Role.values:
         raise ValueError(f"unknown role {role!r}")
     now = now or timezone.now()
-    token = INVITATION_PREFIX + secrets.token_urlsafe(32)
+    token = new_token(INVITATION_PREFIX)
     inviter = actor.get_username() if actor is not None else "GreenOps"
     with transaction.atomic():
         inv = Invitation.objects.create(team=team, email=email.strip().lower(), role=role,
-                                        token_hash=_hash(token), created_by=actor,
+                                        token_hash=hash_token(token), created_by=actor,
                                         expires_at=now + INVITATION_TTL)
         link = (site_url or default_site_url()) + reverse("invitation-accept", args=[token])
         audit.record(team, actor, AuditEvent.Action.MEMBER_INVITED, inv.email, role=role)
@@ -85,7 +80,7 @@ def invite(team: Team, actor, email: str, role: str, *, site_url: str | None = N
 
 def lookup(token: str) -> Invitation:
     """The invitation a link points to, or InvitationError saying why it cannot be used."""
-    inv = Invitation.objects.select_related("team").filter(token_hash=_hash(token)).first()
+    inv = Invitation.objects.select_related("team").filter(token_hash=hash_token(token)).first()
     if inv is None:
         raise InvitationError("unknown", "This invitation link is not valid.")
     if inv.accepted_at is not None:

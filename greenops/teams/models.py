@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-
 from django.conf import settings
 from django.db import models
 from django.http import Http404
 from django.utils import timezone
 from django.utils.text import slugify
+
+from greenops.tokens import hash_token, new_token
 
 
 class Role(models.TextChoices):
@@ -75,12 +74,6 @@ def team_for_user_or_404(user, slug: str) -> Team:
 API_TOKEN_PREFIX = "gha_"
 
 
-def _sha256(token: str) -> str:
-    # Same scheme as host tokens (telemetry.models.hash_token): 256-bit random tokens need no
-    # slow KDF, and a plain digest lets the API find the token with one indexed lookup.
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 class ApiTokenQuerySet(models.QuerySet):
     def active(self) -> ApiTokenQuerySet:
         return self.filter(revoked_at__isnull=True)
@@ -114,8 +107,8 @@ class ApiToken(models.Model):
     @classmethod
     def issue(cls, team: Team, name: str, created_by=None) -> tuple[ApiToken, str]:
         """Create a token; returns the row and the plaintext, which is never retrievable again."""
-        token = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
-        row = cls.objects.create(team=team, name=name, token_hash=_sha256(token),
+        token = new_token(API_TOKEN_PREFIX)
+        row = cls.objects.create(team=team, name=name, token_hash=hash_token(token),
                                  prefix=token[:10], created_by=created_by)
         return row, token
 
@@ -137,7 +130,8 @@ def api_token_for(token: str | None) -> ApiToken | None:
     """The active token row for a plaintext token, or None. Marks it used (coarsely)."""
     if not token or not token.startswith(API_TOKEN_PREFIX):
         return None
-    row = ApiToken.objects.active().filter(token_hash=_sha256(token)).select_related("team").first()
+    row = (ApiToken.objects.active().filter(token_hash=hash_token(token))
+           .select_related("team").first())
     if row is None:
         return None
     now = timezone.now()

@@ -25,9 +25,9 @@ from greenops.telemetry.models import (
     ENROLL_TOKEN_PREFIX,
     EnrollmentToken,
     Host,
-    hash_token,
 )
 from greenops.telemetry.wire import IngestError, invalid
+from greenops.tokens import hash_token, new_token
 
 
 def enroll_token_ttl() -> timedelta:
@@ -43,7 +43,7 @@ HOSTNAME_MAX = Host._meta.get_field("hostname").max_length
 
 def issue_enrollment_token(team: Team, actor, now=None) -> tuple[EnrollmentToken, str]:
     """A fresh single-use token; the plaintext is returned once and never stored."""
-    token = ENROLL_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = new_token(ENROLL_TOKEN_PREFIX)
     row = EnrollmentToken.objects.create(
         team=team, token_hash=hash_token(token), token_prefix=token[:10], created_by=actor,
         expires_at=(now or timezone.now()) + enroll_token_ttl())
@@ -148,7 +148,7 @@ def enroll(doc, now=None) -> tuple[Host, str]:
 
 def _disable_token(host: Host) -> None:
     # Nobody knows this secret, so the column stays unique and no token matches it.
-    host.token_hash = hash_token("revoked:" + secrets.token_urlsafe(32))
+    host.token_hash = hash_token(new_token("revoked:"))
     host.token_prefix = ""
 
 

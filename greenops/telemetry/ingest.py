@@ -17,8 +17,9 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from greenops.telemetry import late, store, wire
-from greenops.telemetry.models import Gpu, Host, IngestBatch, hash_token
+from greenops.telemetry.models import Gpu, Host, IngestBatch
 from greenops.telemetry.wire import IngestError, invalid
+from greenops.tokens import hash_token
 
 log = logging.getLogger(__name__)
 

@@ -6,22 +6,15 @@ Rollups keep sums and counts rather than averages so that merging buckets stays 
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 import uuid
 
 from django.db import models
 from django.utils import timezone
 
 from greenops.teams.models import Team
+from greenops.tokens import hash_token, new_token
 
 TOKEN_PREFIX = "gho_"
-
-
-def hash_token(token: str) -> str:
-    # Tokens are 256-bit random strings, so a plain SHA-256 is enough (no need for a slow KDF)
-    # and lets the API find the host with one indexed lookup.
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class PurchaseOption(models.TextChoices):
@@ -67,7 +60,7 @@ class Host(models.Model):
 
     def set_new_token(self) -> str:
         """Give the host a fresh token; only its hash is kept, so show the return value once."""
-        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = new_token(TOKEN_PREFIX)
         self.token_hash = hash_token(token)
         self.token_prefix = token[:10]
         return token
