@@ -103,3 +103,18 @@ def test_openapi_schema_documents_ingest(client):
     body = schema["paths"]["/api/v1/samples"]["post"]["requestBody"]
     assert "samples" in body["content"]["application/json"]["schema"]["properties"]
     assert client.get("/api/v1/docs").status_code == 200
+
+
+@pytest.mark.django_db
+def test_header_team_switcher_costs_one_query_whatever_the_number_of_teams(
+        client, users, team, django_assert_max_num_queries):
+    from greenops.teams.models import Membership, Team
+
+    for i in range(6):
+        Membership.objects.create(team=Team.objects.create(name=f"Extra {i}"),
+                                  user=users["member"])
+    client.force_login(users["member"])
+    client.get("/teams/vision/")  # warm caches (content types, permissions)
+    with django_assert_max_num_queries(12):
+        r = client.get("/teams/vision/")
+    assert r.status_code == 200 and r.content.count(b'title="your role:') == 7
