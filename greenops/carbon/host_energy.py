@@ -23,7 +23,14 @@ from django.db.models.functions import Coalesce, TruncHour
 from greenops.carbon.models import MIXED, HostEnergyHour, HostEnergySample
 from greenops.telemetry import late
 from greenops.telemetry.models import Host
-from greenops.telemetry.wire import _check_range, _numeric_column, invalid
+from greenops.telemetry.wire import (
+    _check_range,
+    _numeric_column,
+    invalid,
+    parse_batch_id,
+    sample_columns,
+    text_field,
+)
 
 SOURCES = ("codecarbon", "simulated")
 TRACKING_MODES = ("machine", "process")
@@ -60,14 +67,6 @@ class HostEnergyBatch:
         return len(self.ts)
 
 
-def _short_string(doc: dict, key: str, max_len: int, required: bool = False) -> str:
-    value = doc.get(key, None if required else "")
-    if not isinstance(value, str) or len(value) > max_len or (required and not value):
-        raise invalid(key, f"must be a{' non-empty' if required else ''} string of at most "
-                      f"{max_len} characters")
-    return value
-
-
 def _methods(samples: dict, name: str, allowed: tuple[str, ...]) -> list[str]:
     values = samples[name]
     for i, v in enumerate(values):
@@ -81,38 +80,16 @@ def parse(doc, *, now_s: float | None = None) -> HostEnergyBatch:
     now_s = time.time() if now_s is None else now_s
     if not isinstance(doc, dict):
         raise invalid("", "the batch must be a JSON object")
-    raw_id = doc.get("batch_id")
-    try:
-        batch_id = uuid.UUID(raw_id) if isinstance(raw_id, str) else None
-    except ValueError:
-        batch_id = None
-    if batch_id is None:
-        raise invalid("batch_id", "must be a UUID string")
+    batch_id = parse_batch_id(doc)
     source = doc.get("source")
     if source not in SOURCES:
         raise invalid("source", f"must be one of {', '.join(SOURCES)}")
-    version = _short_string(doc, "codecarbon_version", 32, required=source == "codecarbon")
+    version = text_field(doc, "codecarbon_version", 32, required=source == "codecarbon")
     mode = doc.get("tracking_mode")
     if mode not in TRACKING_MODES:
         raise invalid("tracking_mode", f"must be one of {', '.join(TRACKING_MODES)}")
-    _short_string(doc, "agent_version", 32)
-    samples = doc.get("samples")
-    if not isinstance(samples, dict):
-        raise invalid("samples", "must be an object of equal-length arrays")
-    for name in COLUMNS:
-        if not isinstance(samples.get(name), list):
-            raise invalid(f"samples.{name}", "is required and must be an array")
-    unknown = sorted(set(samples) - set(COLUMNS))
-    if unknown:
-        raise invalid(f"samples.{unknown[0]}", "is not a known field")
-    n = len(samples["ts"])
-    if n == 0:
-        raise invalid("samples.ts", "the batch holds no samples")
-    if n > settings.INGEST_MAX_SAMPLES:
-        raise invalid("samples.ts", f"at most {settings.INGEST_MAX_SAMPLES} samples per batch")
-    for name in COLUMNS:
-        if len(samples[name]) != n:
-            raise invalid(f"samples.{name}", f"has {len(samples[name])} elements, ts has {n}")
+    text_field(doc, "agent_version", 32)
+    samples, n = sample_columns(doc, COLUMNS, settings.INGEST_MAX_SAMPLES)
 
     ts = _numeric_column("ts", samples["ts"], nullable=False, integer=False)
     _check_range("ts", ts, now_s - settings.INGEST_MAX_AGE_S, now_s + settings.INGEST_MAX_FUTURE_S)

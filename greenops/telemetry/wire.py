@@ -186,6 +186,51 @@ def _check_range(name: str, arr: np.ndarray, lo: float, hi: float) -> None:
         raise invalid(f"samples.{name}[{i}]", f"{arr[i]!r} is outside [{lo:g}, {hi:g}]")
 
 
+def parse_batch_id(doc: dict) -> uuid.UUID:
+    """The batch's id, fixed by the sender so a resend is recognised."""
+    raw = doc.get("batch_id")
+    if isinstance(raw, str):
+        try:
+            return uuid.UUID(raw)
+        except ValueError:
+            pass
+    raise invalid("batch_id", "must be a UUID string")
+
+
+def text_field(doc: dict, key: str, max_len: int, required: bool = False) -> str:
+    """A short string field; NUL is refused because PostgreSQL text cannot hold it."""
+    value = doc.get(key, None if required else "")
+    if (not isinstance(value, str) or len(value) > max_len or "\x00" in value
+            or (required and not value)):
+        raise invalid(key, f"must be a{' non-empty' if required else ''} string of at most "
+                      f"{max_len} characters")
+    return value
+
+
+def sample_columns(doc: dict, columns, max_samples: int) -> tuple[dict, int]:
+    """The columnar `samples` object: every column present, nothing unknown, all the same
+    length, and not more than max_samples rows. Returns the columns and the row count."""
+    samples = doc.get("samples")
+    if not isinstance(samples, dict):
+        raise invalid("samples", "must be an object of equal-length arrays")
+    for name in columns:
+        if not isinstance(samples.get(name), list):
+            raise invalid(f"samples.{name}", "is required and must be an array")
+    unknown = set(samples) - set(columns)
+    if unknown:
+        raise invalid(f"samples.{sorted(unknown)[0]}", "is not a known field")
+    n = len(samples["ts"])
+    if n == 0:
+        raise invalid("samples.ts", "the batch holds no samples")
+    if n > max_samples:
+        raise IngestError(413, "too_many_samples", "samples.ts",
+                          f"{n} samples; a batch may hold at most {max_samples}")
+    for name in columns:
+        if len(samples[name]) != n:
+            raise invalid(f"samples.{name}", f"has {len(samples[name])} elements, ts has {n}")
+    return samples, n
+
+
 def parse_batch(
     doc,
     *,
@@ -196,39 +241,15 @@ def parse_batch(
 ) -> Batch:
     if not isinstance(doc, dict):
         raise invalid("", "the batch must be a JSON object")
-    try:
-        batch_id = uuid.UUID(str(doc.get("batch_id")))
-    except ValueError:
-        raise invalid("batch_id", "must be a UUID string") from None
-    if not isinstance(doc.get("batch_id"), str):
-        raise invalid("batch_id", "must be a UUID string")
-    agent_version = doc.get("agent_version", "")
-    if not isinstance(agent_version, str) or len(agent_version) > 32 or "\x00" in agent_version:
-        raise invalid("agent_version", "must be a string of at most 32 characters")
+    batch_id = parse_batch_id(doc)
+    agent_version = text_field(doc, "agent_version", 32)
     sent_at = doc.get("sent_at")
     if sent_at is not None and (type(sent_at) not in (int, float) or not math.isfinite(sent_at)):
         raise invalid("sent_at", "must be Unix seconds (a number)")
     source = doc.get("source")
     if source not in SOURCES:
         raise invalid("source", f"must be one of {', '.join(SOURCES)}")
-    samples = doc.get("samples")
-    if not isinstance(samples, dict):
-        raise invalid("samples", "must be an object of equal-length arrays")
-    for name in REQUIRED_COLUMNS:
-        if not isinstance(samples.get(name), list):
-            raise invalid(f"samples.{name}", "is required and must be an array")
-    unknown = set(samples) - set(REQUIRED_COLUMNS)
-    if unknown:
-        raise invalid(f"samples.{sorted(unknown)[0]}", "is not a known field")
-    n = len(samples["ts"])
-    if n == 0:
-        raise invalid("samples.ts", "the batch holds no samples")
-    if n > max_samples:
-        raise IngestError(413, "too_many_samples", "samples.ts",
-                          f"{n} samples; a batch may hold at most {max_samples}")
-    for name in REQUIRED_COLUMNS:
-        if len(samples[name]) != n:
-            raise invalid(f"samples.{name}", f"has {len(samples[name])} elements, ts has {n}")
+    samples, n = sample_columns(doc, REQUIRED_COLUMNS, max_samples)
 
     ts = _numeric_column("ts", samples["ts"], nullable=False, integer=False)
     too_new = ts > now_s + max_future_s
