@@ -49,3 +49,19 @@ def test_member_uploads_emissions_csv(live_server, page, users, team, tmp_path):
     page.get_by_role("button", name="Upload").click()
     page.get_by_text(RUN_A[:8]).first.wait_for()
     assert "codecarbon" in page.content()
+
+
+def test_owner_renames_then_deletes_the_team(live_server, page, users, team):  # noqa: F811
+    from greenops.teams.models import Team
+
+    log_in(page, live_server.url, "owner", "pw-owner")
+    page.goto(f"{live_server.url}/teams/{team.slug}/")
+    page.get_by_role("link", name="Settings").first.click()
+    page.get_by_label("Name").fill("Vision Research")
+    page.get_by_role("button", name="Rename").click()
+    page.get_by_role("heading", name="Vision Research: settings").wait_for()
+    assert "Vision Research" in page.locator("header.top").inner_text()  # the switcher too
+    page.get_by_label("to confirm").fill("Vision Research")
+    page.get_by_role("button", name="Delete this team").click()
+    page.wait_for_url(f"{live_server.url}/**")
+    assert not Team.objects.filter(id=team.id).exists()
