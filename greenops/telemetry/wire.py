@@ -7,7 +7,6 @@ with PostgreSQL COPY. Everything here is pure: no database, no HTTP.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import uuid
@@ -335,7 +334,3 @@ def parse_spool_report(doc: dict) -> tuple[int, float | None] | None:
     if age is not None and (not _is_number(age) or not 0 <= age < 10 * 365 * 86400):
         raise invalid("spool.oldest_age_s", "must be a non-negative number of seconds or null")
     return depth, None if age is None else float(age)
-
-
-def gzip_bytes(raw: bytes) -> bytes:
-    return gzip.compress(raw, compresslevel=1)
