@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Max, Sum
 
-from greenops.carbon.accounting import SiteFactors, site_factors
+from greenops.carbon.accounting import SiteFactors, carbon_for_energy, site_factors
 from greenops.kpis import histogram
 from greenops.kpis.metrics import J_PER_KWH, Totals
 from greenops.kpis.models import InferenceWindow
@@ -148,9 +148,9 @@ def measure_gpus(gpus: list[Gpu], start: dt.datetime, end: dt.datetime,
         if not energy_j:
             continue
         f = factors.site_factors(hosts[host_id])
-        facility_j = energy_j * f.pue
-        t.facility_energy_j += facility_j
-        t.co2e_g += facility_j / J_PER_KWH * f.intensity_g_per_kwh
+        carbon = carbon_for_energy(energy_j, f)  # the one place PUE and intensity are applied
+        t.facility_energy_j += carbon.facility_energy_kwh * J_PER_KWH
+        t.co2e_g += carbon.co2e_g
         pue_sources.append(f"{f.pue:g} ({f.pue_source})")
         intensity_sources.append(f"{f.intensity_g_per_kwh:g} g/kWh ({f.intensity_source})")
     t.pue_source = "; ".join(dict.fromkeys(pue_sources))
