@@ -14,8 +14,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from greenops.carbon import emissions_csv
 from greenops.carbon.models import Emission, Run
 from greenops.carbon.runs import runs_with_totals
+from greenops.errors import FieldError
 from greenops.teams.models import ApiToken
-from greenops.telemetry.wire import IngestError
 
 RUN_A = "8a1b6c4e-1111-4d7a-9a64-0a5f3c2d1e01"
 RUN_B = "8a1b6c4e-2222-4d7a-9a64-0a5f3c2d1e02"
@@ -137,7 +137,7 @@ def _replace_cell(text: str, line: int, column: str, value: str) -> str:
 )
 @pytest.mark.django_db
 def test_bad_files_name_line_and_column_and_store_nothing(team, data, field, words):
-    with pytest.raises(IngestError) as exc:
+    with pytest.raises(FieldError) as exc:
         emissions_csv.import_file(team, data.encode())
     assert exc.value.field == field
     assert words in exc.value.message

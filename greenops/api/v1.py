@@ -10,10 +10,10 @@ from ninja import NinjaAPI, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
+from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import ingest
 from greenops.telemetry.queries import RANGES, team_usage
-from greenops.telemetry.wire import IngestError
 
 api = NinjaAPI(
     title="GreenOps API",
@@ -23,8 +23,8 @@ api = NinjaAPI(
 )
 
 
-@api.exception_handler(IngestError)
-def on_ingest_error(request: HttpRequest, exc: IngestError):
+@api.exception_handler(FieldError)
+def on_field_error(request: HttpRequest, exc: FieldError):
     response = api.create_response(request, exc.as_dict(), status=exc.status)
     if exc.status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="greenops"'
@@ -35,7 +35,7 @@ def on_ingest_error(request: HttpRequest, exc: IngestError):
 def on_too_big(request: HttpRequest, exc: RequestDataTooBig):
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     message = f"request body is larger than {limit} bytes (INGEST_MAX_BODY_BYTES)"
-    return on_ingest_error(request, IngestError(413, "too_large", None, message))
+    return on_field_error(request, FieldError(413, "too_large", None, message))
 
 
 @api.exception_handler(Http404)
@@ -150,7 +150,7 @@ def list_teams(request: HttpRequest):
 def get_usage(request: HttpRequest, slug: str, range: str = "day"):
     team, _role = authorize_api(request.user, slug, "team.view")
     if range not in RANGES:
-        raise IngestError(422, "validation_error", "range", f"one of {', '.join(RANGES)}")
+        raise FieldError(422, "validation_error", "range", f"one of {', '.join(RANGES)}")
     return Status(200, team_usage(team, range))
 
 

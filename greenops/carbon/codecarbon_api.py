@@ -27,8 +27,8 @@ from ninja.responses import Status
 
 from greenops.carbon import runs
 from greenops.carbon.models import Experiment
+from greenops.errors import FieldError
 from greenops.teams.models import Team, team_for_api_token
-from greenops.telemetry.wire import IngestError
 
 
 def team_for_request(request: HttpRequest) -> Team:
@@ -39,7 +39,7 @@ def team_for_request(request: HttpRequest) -> Team:
         token = header[len("Bearer "):].strip() if header.startswith("Bearer ") else None
     team = team_for_api_token(token)
     if team is None:
-        raise IngestError(401, "unauthorized", "x-api-token",
+        raise FieldError(401, "unauthorized", "x-api-token",
                           "send a GreenOps team API token as the codecarbon api_key")
     return team
 
@@ -60,8 +60,8 @@ def _error(request: HttpRequest, status: int, code: str, field: str | None, mess
                                status=status)
 
 
-@api.exception_handler(IngestError)
-def on_error(request: HttpRequest, exc: IngestError):
+@api.exception_handler(FieldError)
+def on_error(request: HttpRequest, exc: FieldError):
     return _error(request, exc.status, exc.code, exc.field, exc.message)
 
 

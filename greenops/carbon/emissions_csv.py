@@ -23,8 +23,8 @@ from django.db import transaction
 
 from greenops.carbon import runs
 from greenops.carbon.models import Run, Source
+from greenops.errors import FieldError
 from greenops.teams.models import Team
-from greenops.telemetry.wire import IngestError
 
 V2_COLUMNS = (
     "timestamp", "project_name", "run_id", "experiment_id", "duration", "emissions",
@@ -48,10 +48,10 @@ MAX_BYTES = 20 * 1024 * 1024
 MAX_ROWS = 100_000
 
 
-def bad(line: int | None, column: str | None, message: str) -> IngestError:
+def bad(line: int | None, column: str | None, message: str) -> FieldError:
     where = f"line {line}" if line else "file"
     field_path = f"{where}.{column}" if column else where
-    return IngestError(422, "invalid_csv", field_path,
+    return FieldError(422, "invalid_csv", field_path,
                        f"{where}{', column ' + column if column else ''}: {message}")
 
 
@@ -121,7 +121,7 @@ def _timestamp(raw: str, line: int) -> dt.datetime:
 
 def parse(data: bytes) -> ParsedCsv:
     if len(data) > MAX_BYTES:
-        raise IngestError(413, "too_large", "file", f"the file is larger than {MAX_BYTES} bytes")
+        raise FieldError(413, "too_large", "file", f"the file is larger than {MAX_BYTES} bytes")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -139,7 +139,7 @@ def parse(data: bytes) -> ParsedCsv:
             raise bad(line, None, f"has {len(row)} fields, the header has {len(header)}")
         parsed.rows += 1
         if parsed.rows > MAX_ROWS:
-            raise IngestError(413, "too_large", "file", f"more than {MAX_ROWS} rows")
+            raise FieldError(413, "too_large", "file", f"more than {MAX_ROWS} rows")
         cells = dict(zip(header, row, strict=True))
         numbers = {c: _number(cells[c], line, c, True) for c in REQUIRED_NUMBERS}
         numbers |= {c: _number(cells[c], line, c, False) for c in OPTIONAL_NUMBERS if c in cells}

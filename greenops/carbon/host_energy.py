@@ -21,12 +21,12 @@ from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce, TruncHour
 
 from greenops.carbon.models import MIXED, HostEnergyHour, HostEnergySample
+from greenops.errors import invalid
 from greenops.telemetry import late
 from greenops.telemetry.models import Host
 from greenops.telemetry.wire import (
     _check_range,
     _numeric_column,
-    invalid,
     parse_batch_id,
     sample_columns,
     text_field,
@@ -76,7 +76,7 @@ def _methods(samples: dict, name: str, allowed: tuple[str, ...]) -> list[str]:
 
 
 def parse(doc, *, now_s: float | None = None) -> HostEnergyBatch:
-    """Validate a whole batch; raise IngestError naming the first bad field."""
+    """Validate a whole batch; raise FieldError naming the first bad field."""
     now_s = time.time() if now_s is None else now_s
     if not isinstance(doc, dict):
         raise invalid("", "the batch must be a JSON object")

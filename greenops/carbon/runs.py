@@ -16,8 +16,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, QuerySet, Sum
 
 from greenops.carbon.models import Emission, Experiment, Run, Source
+from greenops.errors import FieldError
 from greenops.teams.models import Team
-from greenops.telemetry.wire import IngestError
 
 RUN_FIELDS = ("os", "python_version", "codecarbon_version", "cpu_count", "cpu_model", "gpu_count",
               "gpu_model", "longitude", "latitude", "region", "provider", "tracking_mode",
@@ -31,8 +31,8 @@ EMISSION_FIELDS = ("duration_s", "emissions_kg", "emissions_rate_kg_per_s", "cpu
                    "gpu_utilization_pct", "ram_utilization_pct")
 
 
-def not_found(field: str, message: str) -> IngestError:
-    return IngestError(404, "not_found", field, message)
+def not_found(field: str, message: str) -> FieldError:
+    return FieldError(404, "not_found", field, message)
 
 
 def _clean(values: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from django.views.decorators.http import require_POST
 from greenops.carbon import accounting, emissions_csv, intensity
 from greenops.carbon.models import HostEnergyHour, Site
 from greenops.carbon.runs import runs_with_totals
+from greenops.errors import FieldError
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
-from greenops.telemetry.wire import IngestError
 from greenops.units import j_to_kwh
 
 RUNS_SHOWN = 200
@@ -44,7 +44,7 @@ def upload_csv(request: HttpRequest, team: Team) -> HttpResponse:
     else:
         try:
             result = emissions_csv.import_file(team, upload.read())
-        except IngestError as exc:
+        except FieldError as exc:
             messages.error(request, f"{upload.name}: {exc.message}. Nothing was imported.")
         else:
             messages.success(

@@ -12,8 +12,8 @@ from greenops.costs.accounting import LOOKBACKS_DAYS, collect, team_costs
 from greenops.costs.catalog import is_stale
 from greenops.costs.models import Price
 from greenops.costs.report import team_recommendations
+from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
-from greenops.telemetry.wire import IngestError
 
 router = Router(tags=["costs"])
 
@@ -24,10 +24,10 @@ def parse_lookback(value: str | None) -> int:
     try:
         days = int(value) if value not in (None, "") else 30
     except ValueError:
-        raise IngestError(422, "validation_error", "lookback",
+        raise FieldError(422, "validation_error", "lookback",
                           f"lookback must be one of {allowed} (days)") from None
     if days not in LOOKBACKS_DAYS:
-        raise IngestError(422, "validation_error", "lookback",
+        raise FieldError(422, "validation_error", "lookback",
                           f"lookback must be one of {allowed} (days)")
     return days
 

@@ -8,11 +8,11 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
+from greenops.errors import FieldError
 from greenops.kpis import inference, queries
 from greenops.teams.auth import team_or_host_token_auth
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import ingest
-from greenops.telemetry.wire import IngestError
 from greenops.workloads.models import Workload
 
 router = Router(tags=["kpis"])
@@ -76,7 +76,7 @@ def get_kpis(request: HttpRequest, slug: str, range: str = "day", workload: str 
         return Status(200, {"team": team.slug, "workload": workload or None,
                             **queries.window_kpis(team, wl, lo, hi)})
     if range not in queries.RANGES:
-        raise IngestError(422, "validation_error", "range",
+        raise FieldError(422, "validation_error", "range",
                           f"one of {', '.join(queries.RANGES)}")
     return Status(200, {"team": team.slug, "workload": workload or None,
                         **queries.overview(team, wl, range)})

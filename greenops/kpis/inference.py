@@ -36,10 +36,10 @@ import uuid
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from greenops.errors import FieldError, invalid
 from greenops.kpis import histogram
 from greenops.kpis.models import InferenceBatch, InferenceWindow
 from greenops.teams.models import Team
-from greenops.telemetry.wire import IngestError, invalid
 from greenops.workloads.models import Workload
 
 MAX_WINDOWS = 1000
@@ -126,7 +126,7 @@ def parse_latency(doc, field: str) -> tuple[dict[int, int], float | None, int]:
 
 
 def parse_windows(doc, team: Team, *, now_s: float) -> tuple[uuid.UUID, list[InferenceWindow]]:
-    """Validate a whole payload; returns unsaved rows. Raises IngestError naming the field."""
+    """Validate a whole payload; returns unsaved rows. Raises FieldError naming the field."""
     if not isinstance(doc, dict):
         raise invalid("", "the payload must be a JSON object")
     unknown = set(doc) - {"batch_id", "windows", "sent_at"}
@@ -142,7 +142,7 @@ def parse_windows(doc, team: Team, *, now_s: float) -> tuple[uuid.UUID, list[Inf
     if not isinstance(windows, list) or not windows:
         raise invalid("windows", "must be a non-empty array")
     if len(windows) > MAX_WINDOWS:
-        raise IngestError(413, "too_many_windows", "windows",
+        raise FieldError(413, "too_many_windows", "windows",
                           f"{len(windows)} windows; a request may hold at most {MAX_WINDOWS}")
     slugs = {w.get("workload") for w in windows if isinstance(w, dict)}
     workloads = {
@@ -194,7 +194,7 @@ def accept(team: Team, doc, sender: str = "", now_s: float | None = None) -> dic
     existing = InferenceBatch.objects.filter(id=batch_id).only("team_id").first()
     if existing is not None:
         if existing.team_id != team.id:
-            raise IngestError(409, "conflict", "batch_id", "this batch id belongs to another team")
+            raise FieldError(409, "conflict", "batch_id", "this batch id belongs to another team")
         return {**answer, "status": "duplicate"}
     try:
         with transaction.atomic():

@@ -14,10 +14,10 @@ import time
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from greenops.errors import FieldError, invalid
 from greenops.kpis.measure import Factors, measure_gpus
 from greenops.teams.models import Team
 from greenops.telemetry.models import Gpu
-from greenops.telemetry.wire import IngestError, invalid
 from greenops.units import j_to_kwh
 from greenops.workloads.models import TrainingJob, Workload
 
@@ -206,5 +206,5 @@ def summary(job: TrainingJob) -> dict:
 def job_for_caller(team: Team, job_id: int) -> TrainingJob:
     job = TrainingJob.objects.filter(team=team, id=job_id).select_related("workload").first()
     if job is None:
-        raise IngestError(404, "not_found", "id", "no training job with this id in your team")
+        raise FieldError(404, "not_found", "id", "no training job with this id in your team")
     return job

@@ -6,10 +6,10 @@ import datetime as dt
 
 from django.utils import timezone
 
+from greenops.errors import invalid
 from greenops.kpis import metrics
 from greenops.kpis.models import KpiRollup, Period
 from greenops.teams.models import Team
-from greenops.telemetry.wire import invalid
 from greenops.workloads.models import Workload
 
 # Ranges offered by the KPI pages; each compares with the period of equal length before it.

@@ -7,11 +7,11 @@ from ninja import Router, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
+from greenops.errors import FieldError, invalid
 from greenops.site import site_url
 from greenops.teams import invitations
 from greenops.teams.models import Role
 from greenops.teams.permissions import ROLE_ORDER, authorize_api, matrix_rows
-from greenops.telemetry.wire import IngestError, invalid
 
 router = Router(tags=["teams"])
 
@@ -53,7 +53,7 @@ def create_invitation(request: HttpRequest, slug: str, body: InviteIn):
         inv, _link = invitations.invite(team, request.user, body.email, body.role,
                                         site_url=site_url(request))
     except invitations.InvitationMailError as exc:
-        raise IngestError(502, "mail_failed", "email", str(exc)) from None
+        raise FieldError(502, "mail_failed", "email", str(exc)) from None
     return Status(201, {"email": inv.email, "role": inv.role,
                         "expires_at": inv.expires_at.isoformat()})
 

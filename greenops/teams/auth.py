@@ -2,7 +2,7 @@
 
 Applications send a team API token (`gha_…`); endpoints that the host agent also calls accept
 that host's token (`gho_…`) and act for the host's team. Failures raise the API's usual
-IngestError, so a bad token answers 401 with {"error", "field", "message"} like every other
+FieldError, so a bad token answers 401 with {"error", "field", "message"} like every other
 rejection instead of ninja's bare {"detail": "Unauthorized"}.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
+from greenops.errors import FieldError
 from greenops.teams.models import ApiToken, Team, api_token_for
-from greenops.telemetry.wire import IngestError
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class Caller:
         return f"host {getattr(self.host, 'name', '?')}"
 
 
-def _unauthorized(message: str) -> IngestError:
-    return IngestError(401, "unauthorized", "Authorization", message)
+def _unauthorized(message: str) -> FieldError:
+    return FieldError(401, "unauthorized", "Authorization", message)
 
 
 def bearer_token(request: HttpRequest) -> str | None:
@@ -44,7 +44,7 @@ def bearer_token(request: HttpRequest) -> str | None:
 
 
 def caller_for_token(token: str | None, *, allow_host: bool) -> Caller:
-    """Resolve a plaintext token to its team, or raise a 401 IngestError."""
+    """Resolve a plaintext token to its team, or raise a 401 FieldError."""
     if not token:
         raise _unauthorized("send a team API token as 'Authorization: Bearer <token>'")
     row = api_token_for(token)

@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
+from greenops.errors import FieldError
 from greenops.teams.models import Membership, Role, Team, team_for_user_or_404
 
 ROLE_ORDER: tuple[str, ...] = (Role.VIEWER, Role.MEMBER, Role.ADMIN, Role.OWNER)
@@ -86,12 +87,10 @@ def authorize(user, slug: str, action: str) -> tuple[Team, str]:
 
 def authorize_api(user, slug: str, action: str) -> tuple[Team, str]:
     """`authorize` for API endpoints: a too-low role is a house-style 403 JSON error."""
-    from greenops.telemetry.wire import IngestError
-
     try:
         return authorize(user, slug, action)
     except PermissionDenied as exc:
-        raise IngestError(403, "forbidden", None, str(exc)) from None
+        raise FieldError(403, "forbidden", None, str(exc)) from None
 
 
 def team_permission(action: str) -> Callable:

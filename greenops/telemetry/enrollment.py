@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from greenops.errors import FieldError, invalid
 from greenops.teams import audit
 from greenops.teams.models import AuditEvent, Team
 from greenops.telemetry.ingest import register_inventory
@@ -26,7 +27,6 @@ from greenops.telemetry.models import (
     EnrollmentToken,
     Host,
 )
-from greenops.telemetry.wire import IngestError, invalid
 from greenops.tokens import hash_token, new_token
 
 
@@ -52,8 +52,8 @@ def issue_enrollment_token(team: Team, actor, now=None) -> tuple[EnrollmentToken
     return row, token
 
 
-def _bad_token(code: str, message: str) -> IngestError:
-    return IngestError(401, code, "token", message)
+def _bad_token(code: str, message: str) -> FieldError:
+    return FieldError(401, code, "token", message)
 
 
 def _claim(token: str, now) -> EnrollmentToken:

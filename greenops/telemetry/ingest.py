@@ -16,9 +16,9 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from greenops.errors import FieldError, invalid
 from greenops.telemetry import late, store, wire
 from greenops.telemetry.models import Gpu, Host, IngestBatch
-from greenops.telemetry.wire import IngestError, invalid
 from greenops.tokens import hash_token
 
 log = logging.getLogger(__name__)
@@ -26,19 +26,19 @@ log = logging.getLogger(__name__)
 
 def host_for_token(header: str | None) -> Host:
     if not header or not header.startswith("Bearer "):
-        raise IngestError(401, "unauthorized", "Authorization",
+        raise FieldError(401, "unauthorized", "Authorization",
                           "send the host token as 'Authorization: Bearer <token>'")
     token = header[len("Bearer "):].strip()
     host = Host.objects.filter(token_hash=hash_token(token)).select_related("team").first()
     if host is None:
-        raise IngestError(401, "unauthorized", "Authorization", "unknown or revoked host token")
+        raise FieldError(401, "unauthorized", "Authorization", "unknown or revoked host token")
     return host
 
 
 def parse_body(body: bytes, content_encoding: str | None):
     encoding = (content_encoding or "identity").strip().lower()
     if encoding not in {"gzip", "identity"}:
-        raise IngestError(415, "unsupported_encoding", "Content-Encoding",
+        raise FieldError(415, "unsupported_encoding", "Content-Encoding",
                           "use gzip or no Content-Encoding")
     raw = wire.decode_body(body, encoding == "gzip", settings.INGEST_MAX_DECOMPRESSED_BYTES)
     return wire.parse_json(raw)
@@ -74,7 +74,7 @@ def accept_batch(host: Host, body: bytes, content_encoding: str | None) -> dict:
     if not _insert_once(row):  # a resend, or the same batch racing in twice
         owner = IngestBatch.objects.filter(id=batch.batch_id).values_list("host_id", flat=True)
         if owner.first() != host.id:
-            raise IngestError(409, "conflict", "batch_id", "this batch id belongs to another host")
+            raise FieldError(409, "conflict", "batch_id", "this batch id belongs to another host")
         return {"batch_id": str(batch.batch_id), "status": "duplicate", "samples": batch.n}
     _touch_host(host, batch.agent_version, spool)
     from greenops.telemetry.tasks import store_batch
@@ -145,7 +145,7 @@ def process_batch(batch_id: str) -> int | None:
             gpu_ids = known_gpus(row.host_id)
             wire.check_gpu_indices(batch, set(gpu_ids))  # a GPU may have gone since acceptance
             inserted = store.store_batch(batch, gpu_ids)
-        except IngestError as exc:  # a GPU was removed between acceptance and processing
+        except FieldError as exc:  # a GPU was removed between acceptance and processing
             row.status, row.error, row.payload = IngestBatch.Status.FAILED, exc.message, b""
             row.processed_at = timezone.now()
             row.save(update_fields=["status", "error", "payload", "processed_at"])

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
+from greenops.errors import FieldError, invalid
+
 SOURCES = ("nvml", "simulated")
 ENERGY_METHODS = {None: 0, "counter": 1, "power": 2}
 
@@ -30,24 +32,6 @@ FLOAT_FIELDS: dict[str, tuple[float, float]] = {
     "sm_clock_mhz": (0.0, 10_000.0),
 }
 REQUIRED_COLUMNS = ("ts", "gpu_index", *FLOAT_FIELDS, "energy_mj", "energy_method")
-
-
-class IngestError(Exception):
-    """A rejected batch. `field` is a dotted path into the payload, e.g. samples.power_w[3]."""
-
-    def __init__(self, status: int, code: str, field: str | None, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.field = field
-        self.message = message
-
-    def as_dict(self) -> dict:
-        return {"error": self.code, "field": self.field, "message": self.message}
-
-
-def invalid(field: str, message: str) -> IngestError:
-    return IngestError(422, "validation_error", field, message)
 
 
 @dataclass
@@ -67,20 +51,20 @@ class Batch:
 def decode_body(body: bytes, gzip_encoded: bool, max_bytes: int) -> bytes:
     if not gzip_encoded:
         if len(body) > max_bytes:
-            raise IngestError(413, "too_large", None, f"body is larger than {max_bytes} bytes")
+            raise FieldError(413, "too_large", None, f"body is larger than {max_bytes} bytes")
         return body
     # Decompress incrementally so a gzip bomb cannot allocate more than the limit.
     d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     try:
         out = d.decompress(body, max_bytes + 1)
     except zlib.error as exc:
-        raise IngestError(400, "bad_encoding", None, f"body is not valid gzip: {exc}") from None
+        raise FieldError(400, "bad_encoding", None, f"body is not valid gzip: {exc}") from None
     if len(out) > max_bytes or d.unconsumed_tail:
-        raise IngestError(
+        raise FieldError(
             413, "too_large", None, f"decompressed body is larger than {max_bytes} bytes"
         )
     if not d.eof:
-        raise IngestError(400, "bad_encoding", None, "gzip body is truncated")
+        raise FieldError(400, "bad_encoding", None, "gzip body is truncated")
     return out
 
 
@@ -113,13 +97,13 @@ def parse_json(raw: bytes):
         try:
             doc = json.loads(raw, parse_constant=lambda _c: _NonFinite())
         except (ValueError, UnicodeDecodeError):
-            raise IngestError(
+            raise FieldError(
                 400, "malformed_json", None, f"body is not valid JSON: {exc}"
             ) from None
         where = _find_non_finite(doc, "")
         if where:
             raise invalid(where, "NaN and infinities are not allowed") from None
-        raise IngestError(400, "malformed_json", None, f"body is not valid JSON: {exc}") from None
+        raise FieldError(400, "malformed_json", None, f"body is not valid JSON: {exc}") from None
 
 
 def _first_bad(values: list, ok) -> int:
@@ -222,7 +206,7 @@ def sample_columns(doc: dict, columns, max_samples: int) -> tuple[dict, int]:
     if n == 0:
         raise invalid("samples.ts", "the batch holds no samples")
     if n > max_samples:
-        raise IngestError(413, "too_many_samples", "samples.ts",
+        raise FieldError(413, "too_many_samples", "samples.ts",
                           f"{n} samples; a batch may hold at most {max_samples}")
     for name in columns:
         if len(samples[name]) != n:

@@ -11,6 +11,7 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
+from greenops.errors import invalid
 from greenops.kpis import jobs
 from greenops.teams import audit
 from greenops.teams.auth import team_or_host_token_auth
@@ -18,7 +19,6 @@ from greenops.teams.models import AuditEvent
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import ingest
 from greenops.telemetry.models import Gpu
-from greenops.telemetry.wire import invalid
 from greenops.workloads.forms import WorkloadForm, first_error
 from greenops.workloads.models import Workload
 
