@@ -4,22 +4,16 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from dashboards import figures
+from greenops import windows
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry.models import Host
 from greenops.telemetry.queries import RANGES, host_usage, team_usage
-
-
-def _range(request: HttpRequest) -> str:
-    key = request.GET.get("range", "day")
-    if key not in RANGES:
-        raise Http404("Unknown range")
-    return key
 
 
 @login_required
@@ -30,7 +24,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @team_permission("team.view")
 def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
-    key = _range(request)
+    key = windows.range_from_request(request, RANGES)
     usage = team_usage(team, key)
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
     # them separately).
@@ -50,7 +44,7 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
 @team_permission("hosts.view")
 def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
     host = get_object_or_404(Host, id=host_id, team=team)
-    key = _range(request)
+    key = windows.range_from_request(request, RANGES)
     usage = host_usage(host, key)
     ctx = {
         "team": team,

@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from greenops import windows
 from greenops.kpis import rollup
 from greenops.workloads.models import TrainingJob, Workload
 from tests.browser import log_in, page  # noqa: F401  (fixture)
@@ -27,7 +28,7 @@ def charts_drawn(page, at_least: int) -> None:  # noqa: F811
 
 
 def test_kpi_journey(live_server, page, users, team):  # noqa: F811
-    hour = rollup.floor_hour(timezone.now()) - dt.timedelta(hours=1)
+    hour = windows.floor_hour(timezone.now()) - dt.timedelta(hours=1)
     host, _ = make_host(team, "A", gpus=1)
     gpu = host.gpus.get()
     add_gpu_hour(gpu, hour, 3_600_000, 40.0, 10, simulated=True)

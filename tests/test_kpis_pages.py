@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from greenops import windows
 from greenops.kpis import rollup
 from greenops.workloads.models import TrainingJob, Workload
 from tests.conftest import make_host
@@ -16,7 +17,7 @@ from tests.test_kpis_measure import add_gpu_hour, add_windows, stand_in_factors
 @pytest.fixture
 def live_data(team):
     """One busy hour (the current one) for an inference workload on host A, rolled up."""
-    hour = rollup.floor_hour(timezone.now())
+    hour = windows.floor_hour(timezone.now())
     host, _ = make_host(team, "A", gpus=1)
     gpu = host.gpus.get()
     add_gpu_hour(gpu, hour, 3_600_000, 40.0, 10, simulated=True)
@@ -132,7 +133,7 @@ def test_change_is_not_shown_against_a_partly_measured_previous_period(team):
     now = timezone.now()
     host, _ = make_host(team, "B", gpus=1)
     gpu = host.gpus.get()
-    current_start, _ = queries.window("day", now)
+    current_start = queries.window("day", now).start
     for h in range(10):  # ten measured hours now, one hour in the previous day
         add_gpu_hour(gpu, current_start + dt.timedelta(hours=h), 3_600_000, 50.0, 2)
     add_gpu_hour(gpu, current_start - dt.timedelta(hours=2), 360_000, 50.0, 2)
@@ -151,7 +152,7 @@ def test_change_is_not_shown_against_a_partly_measured_previous_period(team):
 
 
 def test_kpi_api_takes_any_window(client, users, team, live_data):
-    hour = rollup.floor_hour(timezone.now())
+    hour = windows.floor_hour(timezone.now())
     client.force_login(users["member"])
     start = (hour + dt.timedelta(minutes=20)).isoformat()
     end = (hour + dt.timedelta(minutes=40)).isoformat()

@@ -10,6 +10,7 @@ from ninja import NinjaAPI, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
+from greenops import windows
 from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import ingest
@@ -149,9 +150,7 @@ def list_teams(request: HttpRequest):
          summary="GPU utilisation, power and energy per GPU over a range")
 def get_usage(request: HttpRequest, slug: str, range: str = "day"):
     team, _role = authorize_api(request.user, slug, "team.view")
-    if range not in RANGES:
-        raise FieldError(422, "validation_error", "range", f"one of {', '.join(RANGES)}")
-    return Status(200, team_usage(team, range))
+    return Status(200, team_usage(team, windows.parse_range(range, RANGES)))
 
 
 # Domain apps add their endpoints through their own routers.

@@ -8,42 +8,28 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.costs.accounting import LOOKBACKS_DAYS, collect, team_costs
+from greenops import windows
+from greenops.costs.accounting import collect, team_costs
 from greenops.costs.catalog import is_stale
 from greenops.costs.models import Price
 from greenops.costs.report import team_recommendations
-from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
 
 router = Router(tags=["costs"])
-
-
-def parse_lookback(value: str | None) -> int:
-    """7, 30 or 60 days; anything else is a 422 naming the field, never a silent default."""
-    allowed = ", ".join(str(d) for d in LOOKBACKS_DAYS)
-    try:
-        days = int(value) if value not in (None, "") else 30
-    except ValueError:
-        raise FieldError(422, "validation_error", "lookback",
-                          f"lookback must be one of {allowed} (days)") from None
-    if days not in LOOKBACKS_DAYS:
-        raise FieldError(422, "validation_error", "lookback",
-                          f"lookback must be one of {allowed} (days)")
-    return days
 
 
 @router.get("/teams/{slug}/recommendations", auth=django_auth, response={200: dict},
             summary="Purchase-option recommendations from measured usage (estimates)")
 def get_recommendations(request: HttpRequest, slug: str, lookback: str | None = None):
     team, _role = authorize_api(request.user, slug, "team.view")
-    return Status(200, team_recommendations(team, parse_lookback(lookback)))
+    return Status(200, team_recommendations(team, windows.parse_lookback(lookback)))
 
 
 @router.get("/teams/{slug}/costs", auth=django_auth, response={200: dict},
             summary="Cost per host, workload and idle GPU-hours over a lookback")
 def get_costs(request: HttpRequest, slug: str, lookback: str | None = None):
     team, _role = authorize_api(request.user, slug, "team.view")
-    return Status(200, team_costs(collect(team, parse_lookback(lookback))))
+    return Status(200, team_costs(collect(team, windows.parse_lookback(lookback))))
 
 
 @router.get("/prices", auth=django_auth, response={200: dict},

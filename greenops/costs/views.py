@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from greenops import windows
 from greenops.costs import figures
-from greenops.costs.accounting import LOOKBACKS_DAYS, collect, team_costs
+from greenops.costs.accounting import collect, team_costs
 from greenops.costs.models import PriceRefresh
 from greenops.costs.report import team_recommendations
 from greenops.teams.models import Team
@@ -15,7 +16,7 @@ from greenops.teams.permissions import team_permission
 
 def _lookback(request: HttpRequest) -> int:
     raw = request.GET.get("lookback", "30")
-    if not raw.isdigit() or int(raw) not in LOOKBACKS_DAYS:
+    if not raw.isdigit() or int(raw) not in windows.LOOKBACK_DAYS:
         raise Http404("Unknown lookback")
     return int(raw)
 
@@ -33,7 +34,7 @@ def recommendations(request: HttpRequest, team: Team) -> HttpResponse:
     ctx = {
         "team": team,
         "lookback": days,
-        "lookbacks": LOOKBACKS_DAYS,
+        "lookbacks": windows.LOOKBACK_DAYS,
         "costs": team_costs(usage),
         "report": report,
         "charts": charts,

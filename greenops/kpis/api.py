@@ -8,7 +8,7 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.errors import FieldError
+from greenops import windows
 from greenops.kpis import inference, queries
 from greenops.teams.auth import team_or_host_token_auth
 from greenops.teams.permissions import authorize_api
@@ -72,11 +72,9 @@ def get_kpis(request: HttpRequest, slug: str, range: str = "day", workload: str 
     team, _role = authorize_api(request.user, slug, "team.view")
     wl = get_object_or_404(Workload, team=team, slug=workload) if workload else None
     if start or end:
-        lo, hi = queries.custom_window(start, end)
+        w = windows.custom(start, end)
         return Status(200, {"team": team.slug, "workload": workload or None,
-                            **queries.window_kpis(team, wl, lo, hi)})
-    if range not in queries.RANGES:
-        raise FieldError(422, "validation_error", "range",
-                          f"one of {', '.join(queries.RANGES)}")
+                            **queries.window_kpis(team, wl, w)})
+    key = windows.parse_range(range, queries.RANGES)
     return Status(200, {"team": team.slug, "workload": workload or None,
-                        **queries.overview(team, wl, range)})
+                        **queries.overview(team, wl, key)})

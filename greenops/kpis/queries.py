@@ -6,67 +6,37 @@ import datetime as dt
 
 from django.utils import timezone
 
-from greenops.errors import invalid
+from greenops import windows
 from greenops.kpis import metrics
 from greenops.kpis.models import KpiRollup, Period
 from greenops.teams.models import Team
 from greenops.workloads.models import Workload
 
-# Ranges offered by the KPI pages; each compares with the period of equal length before it.
-RANGES: dict[str, tuple[str, dt.timedelta, str]] = {
-    "day": ("Last 24 hours", dt.timedelta(days=1), Period.HOUR),
-    "week": ("Last 7 days", dt.timedelta(days=7), Period.HOUR),
-    "month": ("Last 30 days", dt.timedelta(days=30), Period.DAY),
-    "quarter": ("Last 90 days", dt.timedelta(days=90), Period.DAY),
+# Named ranges the KPI pages offer (greenops.windows owns them) and the rollup period that
+# serves each; each compares with the period of equal length before it.
+PERIOD: dict[str, str] = {
+    "day": Period.HOUR,
+    "week": Period.HOUR,
+    "month": Period.DAY,
+    "quarter": Period.DAY,
 }
+RANGES = windows.ranges(*PERIOD)
+STEP = {Period.HOUR: windows.HOUR, Period.DAY: windows.DAY}
 
 
-def window(range_key: str, now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
-    """[start, end) ending at the end of the current hour (or day, for day resolution)."""
-    _, span, period = RANGES[range_key]
-    now = (now or timezone.now()).astimezone(dt.UTC)
-    end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
-    if period == Period.DAY:
-        end = now.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
-    return end - span, end
+def window(range_key: str, now: dt.datetime | None = None) -> windows.Window:
+    """Ending at the end of the current hour (or UTC day, for day resolution)."""
+    return windows.named(range_key, now, STEP[PERIOD[range_key]])
 
 
-MAX_CUSTOM_SPAN = dt.timedelta(days=400)
-
-
-def _parse_time(value: str, field: str) -> dt.datetime:
-    try:
-        t = dt.datetime.fromisoformat(value)
-    except ValueError:
-        raise invalid(field, "must be an ISO 8601 date or time, e.g. 2026-11-01T00:00Z") from None
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
-
-
-def custom_window(start: str, end: str) -> tuple[dt.datetime, dt.datetime]:
-    if not start or not end:
-        raise invalid("start" if not start else "end", "start and end go together")
-    lo, hi = _parse_time(start, "start"), _parse_time(end, "end")
-    if hi <= lo:
-        raise invalid("end", "must be after start")
-    if hi - lo > MAX_CUSTOM_SPAN:
-        raise invalid("end", f"a window may span at most {MAX_CUSTOM_SPAN.days} days")
-    return lo.astimezone(dt.UTC), hi.astimezone(dt.UTC)
-
-
-def window_kpis(team: Team, workload: Workload | None, start: dt.datetime,
-                end: dt.datetime) -> dict:
+def window_kpis(team: Team, workload: Workload | None, window: windows.Window) -> dict:
     """KPIs for any window, widened to the rollups' buckets (and saying so)."""
-    period = Period.DAY if end - start > dt.timedelta(days=31) else Period.HOUR
-    step = dt.timedelta(days=1) if period == Period.DAY else dt.timedelta(hours=1)
-    floor = start.replace(minute=0, second=0, microsecond=0)
-    if period == Period.DAY:
-        floor = floor.replace(hour=0)
-    ceil = floor
-    while ceil < end:
-        ceil += step
-    return {"period": period, "requested": {"start": start.isoformat(), "end": end.isoformat()},
-            "start": floor.isoformat(), "end": ceil.isoformat(),
-            "current": kpis(team, workload, floor, ceil, period)}
+    period = Period.DAY if window.span > dt.timedelta(days=31) else Period.HOUR
+    wide = window.widened(STEP[period])
+    return {"period": period, "requested": {"start": window.start.isoformat(),
+                                            "end": window.end.isoformat()},
+            "start": wide.start.isoformat(), "end": wide.end.isoformat(),
+            "current": kpis(team, workload, wide.start, wide.end, period)}
 
 
 def rows(team: Team, workload: Workload | None, period: str, start: dt.datetime,
@@ -100,8 +70,9 @@ CARD_KEYS = ("energy_kwh", "facility_energy_kwh", "co2e_kg", "cost_usd", "gpu_ut
 def overview(team: Team, workload: Workload | None, range_key: str,
              now: dt.datetime | None = None) -> dict:
     """Current-period KPIs and their change against the previous period of equal length."""
-    label, span, period = RANGES[range_key]
-    start, end = window(range_key, now)
+    period = PERIOD[range_key]
+    w = window(range_key, now)
+    start, end, span = w.start, w.end, w.span
     current = kpis(team, workload, start, end, period)
     previous = kpis(team, workload, start - span, start, period)
     # A change against a period that was only partly measured (the fleet joined half-way
@@ -111,7 +82,7 @@ def overview(team: Team, workload: Workload | None, range_key: str,
     comparable = buckets_now > 0 and buckets_before >= COMPARABLE_COVERAGE * buckets_now
     changes = {k: metrics.change_pct(current.get(k), previous.get(k)) if comparable else None
                for k in CARD_KEYS}
-    return {"range": range_key, "label": label, "period": period, "start": start.isoformat(),
+    return {"range": range_key, "label": w.label, "period": period, "start": start.isoformat(),
             "end": end.isoformat(), "current": current, "previous": previous,
             "change_pct": changes, "comparable": comparable,
             "previous_partial": 0 < buckets_before < COMPARABLE_COVERAGE * buckets_now}
@@ -120,8 +91,9 @@ def overview(team: Team, workload: Workload | None, range_key: str,
 def series(team: Team, workload: Workload | None, range_key: str,
            now: dt.datetime | None = None) -> dict:
     """Per-bucket KPIs for charts."""
-    _, _, period = RANGES[range_key]
-    start, end = window(range_key, now)
+    period = PERIOD[range_key]
+    w = window(range_key, now)
+    start, end = w.start, w.end
     step = 3600 if period == Period.HOUR else 86400
     out: dict[str, list] = {k: [] for k in (
         "t", "requests", "energy_kwh", "energy_per_inference_j", "throughput_per_s",
@@ -138,8 +110,9 @@ def series(team: Team, workload: Workload | None, range_key: str,
 
 
 def workload_table(team: Team, range_key: str, now: dt.datetime | None = None) -> list[dict]:
-    _, _, period = RANGES[range_key]
-    start, end = window(range_key, now)
+    period = PERIOD[range_key]
+    w = window(range_key, now)
+    start, end = w.start, w.end
     by_id: dict[int, list] = {}
     for r in KpiRollup.objects.filter(team=team, period=period, bucket__gte=start,
                                       bucket__lt=end, workload__isnull=False):

@@ -25,20 +25,13 @@ from greenops.kpis.measure import Factors, add_inference, cached_factors, measur
 from greenops.kpis.models import InferenceBatch, InferenceWindow, KpiRollup, Period, RollupCursor
 from greenops.teams.models import Team
 from greenops.telemetry.models import Gpu, LateHour
+from greenops.windows import floor_day, floor_hour
 from greenops.workloads.models import Workload, WorkloadKind
 
 HOUR = dt.timedelta(hours=1)
 DAY = dt.timedelta(days=1)
 CURSOR = "inference"
 OVERLAP = dt.timedelta(minutes=5)
-
-
-def floor_hour(t: dt.datetime) -> dt.datetime:
-    return t.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
-
-
-def floor_day(t: dt.datetime) -> dt.datetime:
-    return floor_hour(t).replace(hour=0)
 
 
 def _empty(t: metrics.Totals) -> bool:

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from greenops import windows
 from greenops.kpis import figures, jobs, queries
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 from greenops.workloads.models import TrainingJob, Workload, WorkloadKind
-
-
-def _range(request: HttpRequest) -> str:
-    key = request.GET.get("range", "day")
-    if key not in queries.RANGES:
-        raise Http404("Unknown range")
-    return key
 
 
 def _cards(ov: dict) -> list[dict]:
@@ -34,7 +28,7 @@ def _cards(ov: dict) -> list[dict]:
 
 @team_permission("team.view")
 def overview(request: HttpRequest, team: Team) -> HttpResponse:
-    key = _range(request)
+    key = windows.range_from_request(request, queries.RANGES)
     ov = queries.overview(team, None, key)
     s = queries.series(team, None, key)
     return render(request, "kpis/overview.html", {
@@ -48,7 +42,7 @@ def overview(request: HttpRequest, team: Team) -> HttpResponse:
 @team_permission("team.view")
 def workload(request: HttpRequest, team: Team, workload_slug: str) -> HttpResponse:
     wl = get_object_or_404(Workload, team=team, slug=workload_slug)
-    key = _range(request)
+    key = windows.range_from_request(request, queries.RANGES)
     ov = queries.overview(team, wl, key)
     s = queries.series(team, wl, key)
     figs = {"energy": figures.energy(s)}

@@ -11,14 +11,11 @@ import datetime as dt
 from django.utils import timezone
 
 from greenops.telemetry.models import LateHour
+from greenops.windows import floor_hour
 
 # Must stay below the KPI rollup's lookback (3 hours) so no hour falls between the two.
 RECENT = dt.timedelta(hours=2)
 HOUR = dt.timedelta(hours=1)
-
-
-def floor_hour(t: dt.datetime) -> dt.datetime:
-    return t.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
 
 
 def _cutoff(now: dt.datetime | None) -> dt.datetime:

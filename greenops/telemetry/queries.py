@@ -3,39 +3,28 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 
 from django.db.models import Case, Count, F, FloatField, Q, Sum, When
-from django.utils import timezone
 
+from greenops import windows
 from greenops.teams.models import Team
 from greenops.telemetry.models import ROLLUPS, Gpu, Host
 from greenops.units import J_PER_KWH
 
-
-@dataclass(frozen=True)
-class Range:
-    label: str
-    span: dt.timedelta
-    resolution: str  # key of ROLLUPS
-    step: dt.timedelta
-
-
-RANGES: dict[str, Range] = {
-    "hour": Range("Last hour", dt.timedelta(hours=1), "minute", dt.timedelta(minutes=1)),
-    "day": Range("Last 24 hours", dt.timedelta(days=1), "minute", dt.timedelta(minutes=1)),
-    "week": Range("Last 7 days", dt.timedelta(days=7), "hour", dt.timedelta(hours=1)),
-    "month": Range("Last 30 days", dt.timedelta(days=30), "hour", dt.timedelta(hours=1)),
-    "quarter": Range("Last 90 days", dt.timedelta(days=90), "day", dt.timedelta(days=1)),
+# Which rollup serves each named range (greenops.windows owns the ranges themselves): about
+# 60-1,440 points per series, and the window ends with the current, still-filling bucket.
+RESOLUTION: dict[str, tuple[str, dt.timedelta]] = {
+    "hour": ("minute", windows.MINUTE),
+    "day": ("minute", windows.MINUTE),
+    "week": ("hour", windows.HOUR),
+    "month": ("hour", windows.HOUR),
+    "quarter": ("day", windows.DAY),
 }
+RANGES = windows.ranges(*RESOLUTION)
 
 
-def window(range_key: str, now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
-    r = RANGES[range_key]
-    now = now or timezone.now()
-    step_s = int(r.step.total_seconds())
-    end = dt.datetime.fromtimestamp((int(now.timestamp()) // step_s + 1) * step_s, dt.UTC)
-    return end - r.span, end
+def window(range_key: str, now: dt.datetime | None = None) -> windows.Window:
+    return windows.named(range_key, now, RESOLUTION[range_key][1])
 
 
 # Above this many GPUs a page draws one line per host instead of one per GPU: 64 GPUs x 1,440
@@ -68,8 +57,9 @@ def _rows(model, gpu_ids: list[int], start: dt.datetime, end: dt.datetime, by_ho
 def usage(gpus: list[Gpu], range_key: str, now: dt.datetime | None = None) -> dict:
     """Series of utilisation, power and energy plus totals, from one rollup query: per GPU, or
     per host when there are more than MAX_GPU_SERIES GPUs."""
-    r = RANGES[range_key]
-    start, end = window(range_key, now)
+    resolution = RESOLUTION[range_key][0]
+    w = window(range_key, now)
+    start, end = w.start, w.end
     by_host = len(gpus) > MAX_GPU_SERIES
     gpus_of_host: dict[int, list[Gpu]] = {}
     for g in gpus:
@@ -79,7 +69,7 @@ def usage(gpus: list[Gpu], range_key: str, now: dt.datetime | None = None) -> di
     util_sum = util_n = power_sum = power_n = 0.0
     energy_j = 0.0
     simulated = measured = 0
-    rows = _rows(ROLLUPS[r.resolution], list(by_id), start, end, by_host)
+    rows = _rows(ROLLUPS[resolution], list(by_id), start, end, by_host)
     for key, bucket, u_sum, u_n, p_sum, p_n, e_j, n, sim in rows.iterator(chunk_size=5000):
         s = series.get(key)
         if s is None:
@@ -112,8 +102,8 @@ def usage(gpus: list[Gpu], range_key: str, now: dt.datetime | None = None) -> di
         measured += n - sim
     return {
         "range": range_key,
-        "label": r.label,
-        "resolution": r.resolution,
+        "label": w.label,
+        "resolution": resolution,
         "grouping": "host" if by_host else "gpu",
         "start": start.isoformat(),
         "end": end.isoformat(),

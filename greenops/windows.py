@@ -1,0 +1,294 @@
+"""Time windows: the one vocabulary pages, the API, alerts and reports use for "which time".
+
+A Window carries its start and its end ([start, end), aware, UTC) and a label, so every figure
+computed over it can say which period it covers and how much of it has passed or was measured.
+Windows come from four places:
+
+- a named range ("day", "week", ...) ending at the end of the current step (minute, hour or
+  day: whatever the page's rollup resolution is), `named()`;
+- a lookback of whole finished hours (costs' 7/30/60 days), `lookback()`;
+- a custom start/end typed by a user, validated with the field named, `custom()`;
+- a calendar month in a team's time zone (reports), `calendar_month()` / `parse_month()`.
+
+Which rollup resolution serves a named range is decided by the app that owns the rollups
+(telemetry.queries, kpis.queries); this module owns only time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from django.http import Http404, HttpRequest
+from django.utils import timezone
+
+from greenops.errors import invalid
+
+MINUTE = dt.timedelta(minutes=1)
+HOUR = dt.timedelta(hours=1)
+DAY = dt.timedelta(days=1)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def floor(t: dt.datetime, step: dt.timedelta) -> dt.datetime:
+    """`t` rounded down to a multiple of `step` since the Unix epoch, in UTC."""
+    t = t.astimezone(dt.UTC)
+    return t - (t - _EPOCH) % step
+
+
+def floor_hour(t: dt.datetime) -> dt.datetime:
+    return floor(t, HOUR)
+
+
+def floor_day(t: dt.datetime) -> dt.datetime:
+    """The start of `t`'s UTC day (rollup days are UTC days)."""
+    return floor(t, DAY)
+
+
+def ceil(t: dt.datetime, step: dt.timedelta) -> dt.datetime:
+    f = floor(t, step)
+    return f if f == t else f + step
+
+
+def _human_span(seconds: float) -> str:
+    """60 -> "1 min", 86400 -> "24 h", 7 days -> "7 d": short enough for a KPI card."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds <= 2 * 86400:
+        hours = seconds / 3600
+        return f"{hours:.0f} h" if hours >= 10 or hours == int(hours) else f"{hours:.1f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+@dataclass(frozen=True)
+class Window:
+    """[start, end), both aware and in UTC. `key` names where it came from: a named range's key,
+    "lookback-30d", "custom" or "month-2026-11"."""
+
+    start: dt.datetime
+    end: dt.datetime
+    label: str = ""
+    key: str = "custom"
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise ValueError("a Window needs aware datetimes")
+        if self.end <= self.start:
+            raise ValueError("a Window must end after it starts")
+        object.__setattr__(self, "start", self.start.astimezone(dt.UTC))
+        object.__setattr__(self, "end", self.end.astimezone(dt.UTC))
+
+    @property
+    def span(self) -> dt.timedelta:
+        return self.end - self.start
+
+    @property
+    def span_s(self) -> float:
+        return self.span.total_seconds()
+
+    def elapsed_s(self, now: dt.datetime | None = None) -> float:
+        """Seconds of the window that have already happened (0 for a future window)."""
+        now = now or timezone.now()
+        return max((min(self.end, now) - self.start).total_seconds(), 0.0)
+
+    def previous(self) -> Window:
+        """The window of equal length just before this one (for "change against")."""
+        return Window(self.start - self.span, self.start, f"previous {self.label}".strip(),
+                      f"{self.key}-previous")
+
+    def widened(self, step: dt.timedelta) -> Window:
+        """The smallest window of whole `step` buckets holding this one (rollups are bucketed)."""
+        return Window(floor(self.start, step), ceil(self.end, step), self.label, self.key)
+
+    def buckets(self, step: dt.timedelta) -> list[dt.datetime]:
+        """Starts of the `step` buckets that overlap the window."""
+        out, t = [], floor(self.start, step)
+        while t < self.end:
+            out.append(t)
+            t += step
+        return out
+
+    def coverage(self, measured_s: float | None) -> dict:
+        """How much of the window was measured: {"measured_s", "span_s", "share", "text"},
+        e.g. text "measured 1 min of 24 h". None measured_s means unknown."""
+        if measured_s is None:
+            return {"measured_s": None, "span_s": self.span_s, "share": None,
+                    "text": "measured time unknown"}
+        return {"measured_s": measured_s, "span_s": self.span_s,
+                "share": measured_s / self.span_s,
+                "text": f"measured {_human_span(measured_s)} of {_human_span(self.span_s)}"}
+
+    def as_dict(self) -> dict:
+        return {"key": self.key, "label": self.label, "start": self.start.isoformat(),
+                "end": self.end.isoformat(), "span_s": self.span_s}
+
+
+def measured_seconds(intervals: Iterable[tuple[dt.datetime, dt.datetime]],
+                     window: Window) -> float:
+    """Length of the union of `intervals` inside `window`, in seconds: the time that was
+    actually measured. Overlapping intervals (two senders, a resend) count once."""
+    clipped = sorted((max(s, window.start), min(e, window.end)) for s, e in intervals)
+    total = 0.0
+    cur_s = cur_e = None
+    for s, e in clipped:
+        if e <= s:
+            continue
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += (cur_e - cur_s).total_seconds()
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        total += (cur_e - cur_s).total_seconds()
+    return total
+
+
+# ---- Named ranges -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NamedRange:
+    key: str
+    label: str
+    span: dt.timedelta
+
+
+RANGES: dict[str, NamedRange] = {r.key: r for r in (
+    NamedRange("hour", "Last hour", HOUR),
+    NamedRange("day", "Last 24 hours", DAY),
+    NamedRange("week", "Last 7 days", 7 * DAY),
+    NamedRange("month", "Last 30 days", 30 * DAY),
+    NamedRange("quarter", "Last 90 days", 90 * DAY),
+)}
+
+
+def ranges(*keys: str) -> dict[str, NamedRange]:
+    """The named ranges a page offers, in the order given."""
+    return {k: RANGES[k] for k in keys}
+
+
+def parse_range(value: str | None, allowed: Iterable[str] = RANGES, default: str = "day",
+                field: str = "range") -> str:
+    """A range key from a query parameter; anything unknown is a 422 naming the field."""
+    allowed = list(allowed)
+    key = default if value is None else value
+    if key not in allowed:
+        raise invalid(field, f"one of {', '.join(allowed)}")
+    return key
+
+
+def range_from_request(request: HttpRequest, allowed: Iterable[str] = RANGES,
+                       default: str = "day") -> str:
+    """Pages: `?range=` or the default; an unknown key is a 404 (a URL that does not exist)."""
+    key = request.GET.get("range", default)
+    if key not in allowed:
+        raise Http404("Unknown range")
+    return key
+
+
+def named(key: str, now: dt.datetime | None = None, step: dt.timedelta = MINUTE) -> Window:
+    """The range `key` ending at the end of the current `step` (so the newest, still filling
+    bucket is included)."""
+    r = RANGES[key]
+    end = floor(now or timezone.now(), step) + step
+    return Window(end - r.span, end, r.label, key)
+
+
+# ---- Lookbacks of whole hours (recommendations) -------------------------------------------------
+
+LOOKBACK_DAYS: tuple[int, ...] = (7, 30, 60)
+
+
+def lookback(days: int, now: dt.datetime | None = None) -> Window:
+    """`days` of whole finished hours: [start, end) with end the start of the current hour."""
+    end = floor_hour(now or timezone.now())
+    return Window(end - days * DAY, end, f"Last {days} days", f"lookback-{days}d")
+
+
+def parse_lookback(value: str | None, default: int = 30, field: str = "lookback") -> int:
+    """7, 30 or 60 days; anything else is a 422 naming the field, never a silent default."""
+    allowed = ", ".join(str(d) for d in LOOKBACK_DAYS)
+    if value in (None, ""):
+        return default
+    try:
+        days = int(value)
+    except ValueError:
+        raise invalid(field, f"{field} must be one of {allowed} (days)") from None
+    if days not in LOOKBACK_DAYS:
+        raise invalid(field, f"{field} must be one of {allowed} (days)")
+    return days
+
+
+# ---- Custom start/end ---------------------------------------------------------------------------
+
+MAX_CUSTOM_SPAN = dt.timedelta(days=400)
+
+
+def parse_time(value: str, field: str, tz: dt.tzinfo = dt.UTC) -> dt.datetime:
+    """An ISO 8601 date or time; one without an offset is read in `tz`."""
+    try:
+        t = dt.datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise invalid(field, "must be an ISO 8601 date or time, e.g. 2026-11-01T00:00Z") from None
+    return (t if t.tzinfo else t.replace(tzinfo=tz)).astimezone(dt.UTC)
+
+
+def custom(start: str, end: str, tz: dt.tzinfo = dt.UTC) -> Window:
+    """A user's window; errors name the field (start or end)."""
+    if not start or not end:
+        raise invalid("start" if not start else "end", "start and end go together")
+    lo, hi = parse_time(start, "start", tz), parse_time(end, "end", tz)
+    if hi <= lo:
+        raise invalid("end", "must be after start")
+    if hi - lo > MAX_CUSTOM_SPAN:
+        raise invalid("end", f"a window may span at most {MAX_CUSTOM_SPAN.days} days")
+    return Window(lo, hi, f"{lo:%Y-%m-%d %H:%M} to {hi:%Y-%m-%d %H:%M} UTC", "custom")
+
+
+# ---- Calendar months in a team's time zone ------------------------------------------------------
+
+@cache
+def time_zone_names() -> frozenset[str]:
+    """Every IANA zone name known here (the tzdata package ships them with the server)."""
+    return frozenset(available_timezones() | {"UTC"})
+
+
+def time_zone(name: str, field: str = "time_zone") -> ZoneInfo:
+    """An IANA time zone ("Europe/Paris", "UTC"); anything else is a 422 naming the field."""
+    if not isinstance(name, str) or name not in time_zone_names():
+        raise invalid(field, "must be an IANA time zone name, e.g. Europe/Paris or UTC")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise invalid(field, "must be an IANA time zone name, e.g. Europe/Paris or UTC") from None
+
+
+def calendar_month(year: int, month: int, tz_name: str = "UTC") -> Window:
+    """The month from local midnight on the 1st to local midnight on the 1st of the next, in
+    the team's time zone (so a Paris team's November starts at 23:00 UTC on 31 October)."""
+    tz = time_zone(tz_name)
+    start = dt.datetime(year, month, 1, tzinfo=tz)
+    nxt = dt.datetime(year + month // 12, month % 12 + 1, 1, tzinfo=tz)
+    return Window(start, nxt, f"{start:%B %Y} ({tz_name})", f"month-{year:04d}-{month:02d}")
+
+
+def month_containing(t: dt.datetime, tz_name: str = "UTC") -> Window:
+    local = t.astimezone(time_zone(tz_name))
+    return calendar_month(local.year, local.month, tz_name)
+
+
+def parse_month(value: str, tz_name: str = "UTC", field: str = "month") -> Window:
+    """"2026-11" -> that calendar month in the team's time zone; errors name the field."""
+    try:
+        year_s, month_s = (value or "").split("-")
+        year, month = int(year_s), int(month_s)
+        if len(year_s) != 4 or not 1 <= month <= 12:
+            raise ValueError
+    except ValueError:
+        raise invalid(field, "must be a month as YYYY-MM, e.g. 2026-11") from None
+    return calendar_month(year, month, tz_name)

@@ -1,0 +1,143 @@
+"""greenops.windows: the one owner of time windows. Answers worked out by hand in comments."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from greenops import windows
+from greenops.errors import FieldError
+
+UTC = dt.UTC
+
+
+def test_named_range_ends_with_the_current_step():
+    now = dt.datetime(2026, 11, 30, 7, 42, 13, tzinfo=UTC)
+    # Minute step: the minute 07:42 is still filling, so the window ends at 07:43 and starts
+    # 24 h earlier.
+    w = windows.named("day", now, windows.MINUTE)
+    assert (w.start, w.end) == (dt.datetime(2026, 11, 29, 7, 43, tzinfo=UTC),
+                                dt.datetime(2026, 11, 30, 7, 43, tzinfo=UTC))
+    assert w.label == "Last 24 hours" and w.key == "day" and w.span_s == 86400
+    # Day step, 90 days: ends at the next UTC midnight (1 Dec), starts 90 days before:
+    # 1 Dec - 90 d = 2 Sep (Sep 30 + Oct 31 + Nov 30 = 91 days from 1 Sep).
+    q = windows.named("quarter", now, windows.DAY)
+    assert (q.start, q.end) == (dt.datetime(2026, 9, 2, tzinfo=UTC),
+                                dt.datetime(2026, 12, 1, tzinfo=UTC))
+    assert q.previous().end == q.start and q.previous().span == q.span
+
+
+def test_floor_and_ceil_work_in_utc_whatever_the_input_zone():
+    paris = dt.timezone(dt.timedelta(hours=1))
+    t = dt.datetime(2026, 11, 30, 8, 42, tzinfo=paris)  # 07:42 UTC
+    assert windows.floor_hour(t) == dt.datetime(2026, 11, 30, 7, tzinfo=UTC)
+    assert windows.floor_day(t) == dt.datetime(2026, 11, 30, tzinfo=UTC)
+    assert windows.ceil(t, windows.HOUR) == dt.datetime(2026, 11, 30, 8, tzinfo=UTC)
+    exact = dt.datetime(2026, 11, 30, 8, tzinfo=UTC)
+    assert windows.ceil(exact, windows.HOUR) == exact
+
+
+def test_lookback_is_whole_finished_hours():
+    now = dt.datetime(2026, 11, 30, 7, 42, tzinfo=UTC)
+    w = windows.lookback(7, now)
+    assert w.end == dt.datetime(2026, 11, 30, 7, tzinfo=UTC)
+    assert w.start == dt.datetime(2026, 11, 23, 7, tzinfo=UTC)
+    assert windows.parse_lookback(None) == 30 and windows.parse_lookback("60") == 60
+    for bad in ("14", "x", "-7"):
+        with pytest.raises(FieldError) as err:
+            windows.parse_lookback(bad)
+        assert err.value.status == 422 and err.value.field == "lookback"
+
+
+def test_custom_window_validates_and_names_the_field():
+    w = windows.custom("2026-11-30T07:00+01:00", "2026-11-30T07:01Z")
+    assert w.start == dt.datetime(2026, 11, 30, 6, tzinfo=UTC)  # +01:00 read as an offset
+    assert w.span_s == 3660
+    naive = windows.custom("2026-11-30", "2026-12-01")  # no offset: UTC
+    assert naive.span_s == 86400 and naive.start.tzinfo is not None
+    for start, end, field in [("", "2026-11-30", "start"), ("2026-11-30", "", "end"),
+                              ("yesterday", "2026-11-30", "start"),
+                              ("2026-11-30", "2026-11-29", "end"),
+                              ("2026-11-30", "2026-11-30", "end"),
+                              ("2025-01-01", "2026-11-30", "end")]:  # > 400 days
+        with pytest.raises(FieldError) as err:
+            windows.custom(start, end)
+        assert err.value.status == 422 and err.value.field == field, (start, end)
+
+
+def test_calendar_month_in_the_team_time_zone():
+    # Paris is UTC+1 in November: the month runs from 31 Oct 23:00 UTC to 30 Nov 23:00 UTC,
+    # 30 days = 2,592,000 s.
+    w = windows.calendar_month(2026, 11, "Europe/Paris")
+    assert w.start == dt.datetime(2026, 10, 31, 23, tzinfo=UTC)
+    assert w.end == dt.datetime(2026, 11, 30, 23, tzinfo=UTC)
+    assert w.span_s == 30 * 86400 and w.key == "month-2026-11"
+    # October in Paris holds the switch from summer time (UTC+2) back to UTC+1 on 25 Oct 2026:
+    # from 30 Sep 22:00 UTC to 31 Oct 23:00 UTC = 31 days + 1 hour.
+    oct_ = windows.calendar_month(2026, 10, "Europe/Paris")
+    assert oct_.start == dt.datetime(2026, 9, 30, 22, tzinfo=UTC)
+    assert oct_.span == dt.timedelta(days=31, hours=1)
+    # December rolls over into the next year.
+    dec = windows.parse_month("2026-12", "UTC")
+    assert dec.end == dt.datetime(2027, 1, 1, tzinfo=UTC)
+    # 30 Nov 23:30 UTC is already 1 December in Paris.
+    t = dt.datetime(2026, 11, 30, 23, 30, tzinfo=UTC)
+    assert windows.month_containing(t, "Europe/Paris").key == "month-2026-12"
+    assert windows.month_containing(t, "UTC").key == "month-2026-11"
+
+
+@pytest.mark.parametrize("value", ["2026-13", "2026", "26-11", "November", ""])
+def test_bad_month_names_the_field(value):
+    with pytest.raises(FieldError) as err:
+        windows.parse_month(value)
+    assert err.value.field == "month"
+
+
+@pytest.mark.parametrize("name", ["Mars/Olympus", "", "europe/paris ", "../etc/passwd"])
+def test_unknown_time_zone_names_the_field(name):
+    with pytest.raises(FieldError) as err:
+        windows.time_zone(name)
+    assert err.value.field == "time_zone"
+
+
+def test_measured_seconds_is_the_union_inside_the_window():
+    t0 = dt.datetime(2026, 11, 30, tzinfo=UTC)
+    w = windows.Window(t0, t0 + windows.DAY)
+    m = dt.timedelta(minutes=1)
+    intervals = [
+        (t0 - m, t0 + m),  # 1 min before the window: only 60 s inside
+        (t0 + 10 * m, t0 + 12 * m),  # 120 s
+        (t0 + 11 * m, t0 + 13 * m),  # overlaps the previous by 60 s: adds 60 s
+        (t0 + 11 * m, t0 + 12 * m),  # wholly inside an earlier interval: adds nothing
+        (t0 + 2 * windows.DAY, t0 + 3 * windows.DAY),  # after the window
+    ]
+    # 60 + 120 + 60 = 240 s
+    assert windows.measured_seconds(intervals, w) == 240.0
+    assert windows.measured_seconds([], w) == 0.0
+    assert w.coverage(60.0)["text"] == "measured 1 min of 24 h"
+    assert w.coverage(60.0)["share"] == pytest.approx(60 / 86400)
+    assert w.coverage(None)["share"] is None
+
+
+def test_elapsed_seconds_stop_at_now():
+    hour = dt.datetime(2026, 11, 30, 7, tzinfo=UTC)
+    w = windows.Window(hour, hour + windows.HOUR)
+    assert w.elapsed_s(hour + dt.timedelta(minutes=15)) == 900.0
+    assert w.elapsed_s(hour + windows.DAY) == 3600.0
+    assert w.elapsed_s(hour - windows.HOUR) == 0.0
+
+
+def test_a_window_must_be_aware_and_not_empty():
+    t = dt.datetime(2026, 11, 30)
+    with pytest.raises(ValueError):
+        windows.Window(t, t + windows.HOUR)
+    with pytest.raises(ValueError):
+        windows.Window(t.replace(tzinfo=UTC), t.replace(tzinfo=UTC))
+
+
+def test_parse_range_names_the_field():
+    assert windows.parse_range(None, ("day", "week")) == "day"
+    with pytest.raises(FieldError) as err:
+        windows.parse_range("fortnight", ("day", "week"))
+    assert err.value.field == "range" and "day, week" in err.value.message
