@@ -72,6 +72,16 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+def spooled_depth(path: Path) -> int:
+    if not path.exists():
+        return 0
+    try:
+        with Spool(path) as spool:
+            return spool.depth()
+    except Exception:  # the agent may be creating the file right now
+        return 0
+
+
 def test_sigterm_exits_0_and_every_sample_arrives(tmp_path):
     server = FakeServer().start()
     try:
@@ -110,7 +120,9 @@ def test_batches_spooled_while_server_was_down_are_delivered_after_restart(tmp_p
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     first = start_agent(tmp_path, url, "--flush-timeout", "0.5")
-    time.sleep(1.0)
+    # Stop only once the agent is sampling (a batch is spooled): a SIGTERM that lands while the
+    # interpreter is still importing, on a loaded machine, kills it before its handler exists.
+    wait_for(lambda: spooled_depth(tmp_path / "spool.db") >= 1, timeout=30.0)
     rc, stderr, took = stop_agent(first)
     assert rc == 0, stderr
     assert took < 3.0
