@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     from collectors import cli_jobs
 
     cli_jobs.add_parsers(sub)
+    from collectors import bench
+
+    bench.add_parsers(sub)
     return parser
 
 
@@ -120,6 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command in cli_jobs.COMMANDS:
         return cli_jobs.dispatch(args)
+    from collectors import bench
+
+    if args.command in bench.COMMANDS:
+        return bench.main(args)
     # Imported here so that --help and version stay instant and dependency-free.
     from collectors.config import ConfigError, load_config
 

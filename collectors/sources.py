@@ -163,6 +163,17 @@ class NvmlSource:
     def gpus(self) -> list[GpuInfo]:
         return list(self._gpus)
 
+    def driver_version(self) -> str | None:
+        """The NVIDIA driver's version (benchmarks start a new baseline when it changes)."""
+        fn = getattr(self._lib, "nvmlSystemGetDriverVersion", None)
+        value = self._call(-1, "driver_version", fn)
+        return _text(value) if value is not None else None
+
+    def max_sm_clock_mhz(self, index: int) -> float | None:
+        fn = getattr(self._lib, "nvmlDeviceGetMaxClockInfo", None)
+        value = self._call(index, "max_sm_clock", fn, self._handles[index], self._sm_clock)
+        return float(value) if value is not None else None
+
     def unsupported(self, index: int) -> frozenset[str]:
         return frozenset(self._unsupported.get(index, ()))
 
