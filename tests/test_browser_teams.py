@@ -65,3 +65,13 @@ def test_owner_renames_then_deletes_the_team(live_server, page, users, team):  #
     page.get_by_role("button", name="Delete this team").click()
     page.wait_for_url(f"{live_server.url}/**")
     assert not Team.objects.filter(id=team.id).exists()
+
+
+def test_owner_picks_the_team_time_zone(live_server, page, users, team):  # noqa: F811
+    log_in(page, live_server.url, "owner", "pw-owner")
+    page.goto(f"{live_server.url}/teams/{team.slug}/settings/")
+    page.get_by_label("Time zone").select_option("America/New_York")
+    page.get_by_role("button", name="Save time zone").click()
+    page.get_by_text("Report months now follow America/New_York").wait_for()
+    team.refresh_from_db()
+    assert team.time_zone == "America/New_York"

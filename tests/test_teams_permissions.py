@@ -51,6 +51,8 @@ PAGES = [
      302, {}),
     ("team-settings", "get", "/teams/{slug}/settings/", "owner", 200, None),
     ("rename-team", "post", "/teams/{slug}/settings/", "owner", 302, {"name": "Vision 2"}),
+    ("team-time-zone", "post", "/teams/{slug}/settings/time-zone", "owner", 302,
+     {"time_zone": "Europe/Paris"}),
     ("delete-team", "post", "/teams/{slug}/settings/delete", "owner", 302, {"confirm": "Vision"}),
     ("permissions", "get", "/teams/{slug}/permissions/", "viewer", 200, None),
     ("audit", "get", "/teams/{slug}/audit/", "admin", 200, None),

@@ -34,6 +34,46 @@ def test_bad_name_changes_nothing(client, users, team, name):
     assert team.name == "Vision" and not AuditEvent.objects.filter(action="team.renamed")
 
 
+def test_owner_sets_the_time_zone_report_months_follow(client, users, team):
+    from greenops import windows
+
+    assert team.time_zone == "UTC"  # the default
+    client.force_login(users["owner"])
+    page = client.get(f"/teams/{team.slug}/settings/").content.decode()
+    assert 'id="team-time-zone"' in page and "<option>Europe/Paris</option>" in page
+    resp = client.post(f"/teams/{team.slug}/settings/time-zone", {"time_zone": "Europe/Paris"})
+    assert resp.status_code == 302
+    team.refresh_from_db()
+    assert team.time_zone == "Europe/Paris"
+    assert "<option selected>Europe/Paris</option>" in client.get(
+        f"/teams/{team.slug}/settings/").content.decode()
+    event = AuditEvent.objects.get(action="team.time_zone")
+    assert event.detail == {"old": "UTC", "new": "Europe/Paris"}
+    # Paris is UTC+1 in November: the team's November starts at 23:00 UTC on 31 October.
+    month = windows.parse_month("2026-11", team.time_zone)
+    assert month.start.isoformat() == "2026-10-31T23:00:00+00:00"
+
+
+@pytest.mark.parametrize("name", ["", "Paris", "Mars/Olympus", "x" * 80])
+def test_unknown_time_zone_changes_nothing(client, users, team, name):
+    client.force_login(users["owner"])
+    resp = client.post(f"/teams/{team.slug}/settings/time-zone", {"time_zone": name})
+    assert resp.status_code == 400
+    assert 'id="time-zone-error"' in resp.content.decode()
+    assert b"IANA time zone" in resp.content
+    team.refresh_from_db()
+    assert team.time_zone == "UTC" and not AuditEvent.objects.filter(action="team.time_zone")
+
+
+def test_model_validation_refuses_an_unknown_time_zone(team):
+    from django.core.exceptions import ValidationError
+
+    team.time_zone = "Europe/Atlantis"
+    with pytest.raises(ValidationError) as err:
+        team.full_clean()
+    assert "time_zone" in err.value.message_dict
+
+
 def test_delete_needs_the_typed_name_then_removes_everything(client, users, team, other_team,
                                                              host, post_batch):
     h, token = host

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils.text import slugify
 
+from greenops import windows
 from greenops.teams import audit
 from greenops.teams.models import AuditEvent, Membership, Role, Team
 
@@ -82,6 +83,20 @@ def rename_team(team: Team, actor, name: str) -> Team:
         team.name = name
         team.save(update_fields=["name"])
         audit.record(team, actor, AuditEvent.Action.TEAM_RENAMED, name, old=old, new=name)
+    return team
+
+
+@transaction.atomic
+def set_time_zone(team: Team, actor, name: str) -> Team:
+    """The team's IANA time zone, in which its report months begin and end. An unknown name is
+    a FieldError naming `time_zone`; nothing is saved."""
+    name = (name or "").strip()
+    windows.time_zone(name)
+    old = team.time_zone
+    if name != old:
+        team.time_zone = name
+        team.save(update_fields=["time_zone"])
+        audit.record(team, actor, AuditEvent.Action.TEAM_TIME_ZONE, name, old=old, new=name)
     return team
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.http import Http404
 from django.utils import timezone
 from django.utils.text import slugify
 
+from greenops import windows
+from greenops.errors import FieldError
 from greenops.tokens import hash_token, new_token
 
 
@@ -25,9 +30,19 @@ class TeamQuerySet(models.QuerySet):
         return self.filter(memberships__user=user)
 
 
+def validate_time_zone(name: str) -> None:
+    """Model-level check (admin, full_clean) with the same rule as the API's FieldError."""
+    try:
+        windows.time_zone(name)
+    except FieldError as exc:
+        raise ValidationError(exc.message) from None
+
+
 class Team(models.Model):
     name = models.CharField(max_length=100)
     slug = models.SlugField(max_length=100, unique=True)
+    # IANA name; a report month is a calendar month here (greenops.windows.calendar_month).
+    time_zone = models.CharField(max_length=64, default="UTC", validators=[validate_time_zone])
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TeamQuerySet.as_manager()
@@ -42,6 +57,10 @@ class Team(models.Model):
         if not self.slug:
             self.slug = slugify(self.name)[:100] or "team"
         super().save(*args, **kwargs)
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return windows.time_zone(self.time_zone)
 
     def role_of(self, user) -> str | None:
         if not user.is_authenticated:
@@ -195,6 +214,7 @@ class AuditEvent(models.Model):
     class Action(models.TextChoices):
         TEAM_CREATED = "team.created", "Team created"
         TEAM_RENAMED = "team.renamed", "Team renamed"
+        TEAM_TIME_ZONE = "team.time_zone", "Team time zone changed"
         TEAM_DELETED = "team.deleted", "Team deleted"
         HOST_ENROLL_TOKEN = "host.enroll_token", "Enrollment token issued"
         HOST_ENROLLED = "host.enrolled", "Host enrolled"

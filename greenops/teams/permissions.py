@@ -44,7 +44,7 @@ MATRIX: dict[str, Rule] = {
     "tokens.manage": Rule(Role.ADMIN, "Create and revoke API tokens"),
     "audit.view": Rule(Role.ADMIN, "Read the audit log"),
     "members.manage": Rule(Role.OWNER, "Invite people, change roles, remove members"),
-    "team.manage": Rule(Role.OWNER, "Rename or delete the team"),
+    "team.manage": Rule(Role.OWNER, "Rename the team, set its time zone, or delete it"),
     "hosts.delete_history": Rule(Role.OWNER, "Delete a host together with all its history"),
 }
 

@@ -12,6 +12,7 @@ urlpatterns = [
     path("members/invitations/<int:invitation_id>/withdraw", views.withdraw_invitation,
          name="invitation-withdraw"),
     path("settings/", views.team_settings, name="team-settings"),
+    path("settings/time-zone", views.team_time_zone, name="team-time-zone"),
     path("settings/delete", views.team_delete, name="team-delete"),
     path("permissions/", views.permissions_page, name="team-permissions"),
     path("audit/", views.audit_log, name="team-audit"),

@@ -10,6 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from greenops import windows
+from greenops.errors import FieldError
 from greenops.site import site_url
 from greenops.teams import invitations, membership
 from greenops.teams.forms import InviteForm, RoleForm, TeamForm
@@ -105,7 +107,8 @@ def withdraw_invitation(request: HttpRequest, team: Team, invitation_id: int) ->
 
 @team_permission("team.manage")
 def team_settings(request: HttpRequest, team: Team) -> HttpResponse:
-    """Rename (POST here) and the form that deletes the team (POSTs to team_delete)."""
+    """Rename (POST here), the time zone form (POSTs to team_time_zone) and the form that
+    deletes the team (POSTs to team_delete)."""
     error, status = None, 200
     if request.method == "POST":
         try:
@@ -115,10 +118,27 @@ def team_settings(request: HttpRequest, team: Team) -> HttpResponse:
         else:
             messages.success(request, f"The team is now called {team.name}.")
             return redirect("team-settings", team.slug)
+    return _settings_page(request, team, error=error, status=status)
+
+
+def _settings_page(request: HttpRequest, team: Team, *, error: str | None = None,
+                   tz_error: str | None = None, status: int = 200) -> HttpResponse:
     return render(request, "teams/settings.html", {
-        "team": team, "error": error, "name_max": membership.TEAM_NAME_MAX,
+        "team": team, "error": error, "tz_error": tz_error, "name_max": membership.TEAM_NAME_MAX,
+        "time_zones": sorted(windows.time_zone_names()),
         "hosts": team.hosts.count(), "members": team.memberships.count(),
     }, status=status)
+
+
+@require_POST
+@team_permission("team.manage")
+def team_time_zone(request: HttpRequest, team: Team) -> HttpResponse:
+    try:
+        membership.set_time_zone(team, request.user, request.POST.get("time_zone", ""))
+    except FieldError as exc:
+        return _settings_page(request, team, tz_error=exc.message, status=400)
+    messages.success(request, f"Report months now follow {team.time_zone}.")
+    return redirect("team-settings", team.slug)
 
 
 @require_POST
