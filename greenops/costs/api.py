@@ -12,7 +12,7 @@ from greenops import windows
 from greenops.costs.accounting import collect, team_costs
 from greenops.costs.catalog import is_stale
 from greenops.costs.models import Price
-from greenops.costs.report import team_recommendations
+from greenops.costs.team_recommendations import team_recommendations
 from greenops.teams.permissions import authorize_api
 
 router = Router(tags=["costs"])

@@ -9,7 +9,7 @@ from greenops import windows
 from greenops.costs import figures
 from greenops.costs.accounting import collect, team_costs
 from greenops.costs.models import PriceRefresh
-from greenops.costs.report import team_recommendations
+from greenops.costs.team_recommendations import team_recommendations
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from greenops.costs.report import team_recommendations
+from greenops.costs.team_recommendations import team_recommendations
 from greenops.workloads.models import Workload
 from tests.conftest import make_host
 from tests.test_costs_accounting import NOW, add_hours, set_price
