@@ -7,6 +7,7 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import asdict
 
+from greenops.carbon.accounting import site_factors
 from greenops.costs import recommend as rec
 from greenops.costs.accounting import (
     IDLE_UTIL_PCT,
@@ -26,14 +27,10 @@ IDLE_HOURS = 48  # "idle for days": every one of the last 48 reported hours unde
 
 def carbon_factors(host: Host, pue: float | None, intensity: float | None
                    ) -> tuple[float, float | None, str]:
-    """PUE and grid intensity for a host: the caller's figures, else the carbon app's, else
-    PUE 1.0 and no intensity (CO2e then shows as unknown rather than as zero)."""
+    """PUE and grid intensity for a host: the caller's figures, else the carbon app's site
+    factors (the carbon app is always installed)."""
     if pue is not None or intensity is not None:
         return pue or 1.0, intensity, "given"
-    try:
-        from greenops.carbon.accounting import site_factors
-    except ImportError:
-        return 1.0, None, "no carbon factors available: CO2e not estimated"
     f = site_factors(host)
     return f.pue, f.intensity_g_per_kwh, f"PUE {f.pue_source}; intensity {f.intensity_source}"
 
