@@ -176,6 +176,9 @@ LOGOUT_REDIRECT_URL = "/login/"
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("INGEST_MAX_BODY_BYTES", 16 * 1024 * 1024)
 
 # --- Ingest limits -------------------------------------------------------------------------
+# enroll and inventory documents are a few KB; refusing more early keeps unauthenticated callers
+# from holding a worker.
+SMALL_BODY_MAX_BYTES = envint("SMALL_BODY_MAX_BYTES", 256 * 1024)
 INGEST_MAX_SAMPLES = envint("INGEST_MAX_SAMPLES", 100_000)
 INGEST_MAX_DECOMPRESSED_BYTES = envint("INGEST_MAX_DECOMPRESSED_BYTES", 64 * 1024 * 1024)
 INGEST_MAX_FUTURE_S = envint("INGEST_MAX_FUTURE_S", 300)

@@ -129,7 +129,7 @@ class InventoryOut(Schema):
 )
 def post_inventory(request: HttpRequest):
     host = ingest.host_for_token(_auth_header(request))
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"), small=True)
     gpus = ingest.register_inventory(host, doc)
     return Status(200, {"host": host.name, "gpus": gpus})
 

@@ -37,7 +37,7 @@ class EnrolledOut(Schema):
 @router.post("/enroll", response={201: EnrolledOut, 400: ErrorOut, 401: ErrorOut, 422: ErrorOut},
              summary="Trade a single-use enrollment token for a host token")
 def post_enroll(request: HttpRequest):
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"), small=True)
     host, token = enrollment.enroll(doc)
     return Status(201, {"host": host.name, "host_id": host.id, "team": host.team.slug,
                         "token": token, "gpus": host.gpus.count()})

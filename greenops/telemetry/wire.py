@@ -96,11 +96,16 @@ def parse_json(raw: bytes):
         # the error name the field that carried one (slow path, errors only).
         try:
             doc = json.loads(raw, parse_constant=lambda _c: _NonFinite())
+            where = _find_non_finite(doc, "")
         except (ValueError, UnicodeDecodeError):
             raise FieldError(
                 400, "malformed_json", None, f"body is not valid JSON: {exc}"
             ) from None
-        where = _find_non_finite(doc, "")
+        except RecursionError:
+            # orjson stops at 1,024 levels; Python's parser would recurse until the interpreter
+            # gives up. No document GreenOps accepts is nested more than a few levels.
+            raise FieldError(400, "malformed_json", None,
+                             "body is not valid JSON: nested too deeply") from None
         if where:
             raise invalid(where, "NaN and infinities are not allowed") from None
         raise FieldError(400, "malformed_json", None, f"body is not valid JSON: {exc}") from None
