@@ -108,6 +108,7 @@ INSTALLED_APPS = [
     "greenops.kpis",
     "greenops.costs",
     "greenops.carbon",
+    "greenops.alerts",
     "dashboards",
 ]
 
@@ -200,6 +201,17 @@ GREENOPS_DEFAULT_PUE = envfloat("GREENOPS_DEFAULT_PUE", 1.56)
 # GPU on-demand price in the catalog.
 GREENOPS_SPOT_REGIONS = envlist("GREENOPS_SPOT_REGIONS", "")
 
+# --- Alerts --------------------------------------------------------------------------------
+# Key for channel credentials at rest (webhook secrets, apprise URLs); empty: derived from
+# SECRET_KEY. Changing either makes stored channel targets unreadable: re-enter them.
+ALERTS_CHANNEL_KEY = os.environ.get("ALERTS_CHANNEL_KEY", "")
+ALERTS_HTTP_TIMEOUT_S = envint("ALERTS_HTTP_TIMEOUT_S", 10)
+ALERTS_MAX_ATTEMPTS = envint("ALERTS_MAX_ATTEMPTS", 5)  # then the notification is failed
+# How often pending notifications are sent: alerts of one team that fire within this many
+# seconds of each other go to a channel as one message.
+ALERTS_DELIVER_EVERY_S = envint("ALERTS_DELIVER_EVERY_S", 15)
+ALERTS_KEEP_VALUES_DAYS = envint("ALERTS_KEEP_VALUES_DAYS", 14)
+
 # --- Celery --------------------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
@@ -224,6 +236,10 @@ CELERY_BEAT_SCHEDULE = {
     "ingest-prune": {"task": "greenops.telemetry.tasks.prune_batches", "schedule": 86400.0},
     "kpi-rollups": {"task": "greenops.kpis.tasks.rollup_kpis", "schedule": 300.0},
     "prices-refresh": {"task": "greenops.costs.tasks.refresh_prices", "schedule": 6 * 3600.0},
+    "alerts-evaluate": {"task": "greenops.alerts.tasks.evaluate_rules", "schedule": 60.0},
+    "alerts-deliver": {"task": "greenops.alerts.tasks.deliver_due",
+                       "schedule": float(ALERTS_DELIVER_EVERY_S)},
+    "alerts-prune": {"task": "greenops.alerts.tasks.prune_values", "schedule": 86400.0},
 }
 
 CACHES = {

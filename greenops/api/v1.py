@@ -164,8 +164,10 @@ api.add_router("/", kpis_router)
 api.add_router("/", costs_router)
 api.add_router("/", carbon_router)
 
+from greenops.alerts.api import router as alerts_router  # noqa: E402
 from greenops.teams.api import router as teams_router  # noqa: E402
 from greenops.telemetry.api_enroll import router as hosts_router  # noqa: E402
 
 api.add_router("/", teams_router)
 api.add_router("/", hosts_router)
+api.add_router("/", alerts_router)

@@ -1,0 +1,150 @@
+"""JSON API of the alerts app (alerts as code), mounted on /api/v1/ by greenops/api/v1.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Router
+from ninja.responses import Status
+from ninja.security import django_auth
+
+from greenops.alerts import figures, rules
+from greenops.alerts.models import Channel, NoDataPolicy, Rule, RuleKind
+from greenops.teams.permissions import authorize_api
+from greenops.telemetry import ingest
+from greenops.telemetry.wire import invalid
+
+router = Router(tags=["alerts"])
+
+RULE_KEYS = {"name", "enabled", "kind", "kpi", "window", "host", "gpu", "workload", "direction",
+             "fire_level", "clear_level", *rules.INT_LIMITS, "budget_forecast", "no_data",
+             "include_simulated", "channels", "mute_weekdays", "mute_start_hour",
+             "mute_end_hour"}
+_INT = {"type": "integer", "minimum": 0}
+RULE_SCHEMA = {
+    "type": "object", "required": ["name", "kind"],
+    "properties": {
+        "name": {"type": "string", "maxLength": 120},
+        "enabled": {"type": "boolean"},
+        "kind": {"enum": list(RuleKind.values)},
+        "kpi": {"enum": list(figures.KPIS), "description": "not for kind=stopped"},
+        "window": {"enum": list(figures.WINDOWS),
+                   "description": "threshold: any; change: 1h, 6h, 24h, 7d; budget: month"},
+        "host": {"type": "string", "description": "scope: a host name"},
+        "gpu": {"type": "string", "description": "scope: host-name:index"},
+        "workload": {"type": "string", "description": "scope: a workload slug"},
+        "direction": {"enum": ["above", "below"]},
+        "fire_level": {"type": "number", "description": "threshold: KPI units; change: %; "
+                       "budget: the month's budget in USD or kg CO2e"},
+        "clear_level": {"type": ["number", "null"],
+                        "description": "hysteresis: where a firing rule clears"},
+        **{k: _INT for k in rules.INT_LIMITS},
+        "budget_forecast": {"type": "boolean"},
+        "no_data": {"enum": list(NoDataPolicy.values)},
+        "include_simulated": {"type": "boolean"},
+        "channels": {"type": "array", "items": {"type": "string"},
+                     "description": "channel names of the team"},
+        "mute_weekdays": {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                                      "maximum": 6}},
+        "mute_start_hour": {"type": ["integer", "null"]},
+        "mute_end_hour": {"type": ["integer", "null"]},
+    },
+}
+_BODY = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": RULE_SCHEMA}}}}
+
+
+def _doc(request: HttpRequest) -> dict:
+    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    if not isinstance(doc, dict):
+        raise invalid("body", "must be a JSON object")
+    unknown = set(doc) - RULE_KEYS
+    if unknown:
+        raise invalid(sorted(unknown)[0], "is not a known field")
+    return doc
+
+
+def _rules(team):
+    return Rule.objects.filter(team=team).for_page()
+
+
+@router.get("/teams/{slug}/alerts", auth=django_auth, response={200: list[dict]},
+            summary="Alert rules of a team, with their state")
+def list_rules(request: HttpRequest, slug: str):
+    team, _ = authorize_api(request.user, slug, "team.view")
+    return Status(200, [rules.as_dict(r) for r in _rules(team)])
+
+
+@router.post("/teams/{slug}/alerts", auth=django_auth, response={201: dict},
+             summary="Create an alert rule", openapi_extra=_BODY)
+def create_rule(request: HttpRequest, slug: str):
+    team, _ = authorize_api(request.user, slug, "alerts.manage")
+    rule = rules.save(team, _doc(request), None, request.user)
+    return Status(201, rules.as_dict(rule))
+
+
+@router.get("/teams/{slug}/alerts/{rule_id}", auth=django_auth, response={200: dict},
+            summary="One alert rule, its state and its latest state changes")
+def get_rule(request: HttpRequest, slug: str, rule_id: int):
+    team, _ = authorize_api(request.user, slug, "team.view")
+    rule = get_object_or_404(_rules(team), id=rule_id)
+    history = [{"at": e.at.isoformat(), "from": e.from_state, "to": e.to_state,
+                "value": e.value, "detail": e.detail, "muted": e.muted or None}
+               for e in rule.events.all()[:50]]
+    return Status(200, {**rules.as_dict(rule), "history": history})
+
+
+@router.put("/teams/{slug}/alerts/{rule_id}", auth=django_auth, response={200: dict},
+            summary="Replace an alert rule (fields left out take their defaults)",
+            openapi_extra=_BODY)
+def put_rule(request: HttpRequest, slug: str, rule_id: int):
+    team, _ = authorize_api(request.user, slug, "alerts.manage")
+    rule = get_object_or_404(_rules(team), id=rule_id)
+    return Status(200, rules.as_dict(rules.save(team, _doc(request), rule)))
+
+
+@router.delete("/teams/{slug}/alerts/{rule_id}", auth=django_auth, response={204: None},
+               summary="Delete an alert rule")
+def delete_rule(request: HttpRequest, slug: str, rule_id: int):
+    team, _ = authorize_api(request.user, slug, "alerts.manage")
+    get_object_or_404(Rule, team=team, id=rule_id).delete()
+    return Status(204, None)
+
+
+@router.post("/teams/{slug}/alerts/{rule_id}/silence", auth=django_auth, response={200: dict},
+             summary="Silence a rule until a time (null lifts the silence)",
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": {"type": "object", "required": ["until"], "properties": {
+                     "until": {"type": ["string", "null"], "format": "date-time"}}}}}}})
+def silence_rule(request: HttpRequest, slug: str, rule_id: int):
+    team, _ = authorize_api(request.user, slug, "alerts.manage")
+    rule = get_object_or_404(_rules(team), id=rule_id)
+    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    if not isinstance(doc, dict) or "until" not in doc:
+        raise invalid("until", "is required: an ISO 8601 time, or null to lift the silence")
+    until = doc["until"]
+    if until is not None:
+        try:
+            until = dt.datetime.fromisoformat(str(until))
+        except ValueError:
+            raise invalid("until", "must be an ISO 8601 time, e.g. 2026-12-01T08:00Z") \
+                from None
+        if until.tzinfo is None:
+            raise invalid("until", "give a time zone, e.g. 2026-12-01T08:00Z")
+    rule.silenced_until = until
+    rule.save(update_fields=["silenced_until"])
+    return Status(200, rules.as_dict(rule))
+
+
+@router.get("/teams/{slug}/alert-channels", auth=django_auth, response={200: list[dict]},
+            summary="Notification channels of a team (targets masked)")
+def list_channels(request: HttpRequest, slug: str):
+    team, _ = authorize_api(request.user, slug, "team.view")
+    return Status(200, [
+        {"id": c.id, "name": c.name, "kind": c.kind, "target": c.target_masked,
+         "send_resolved": c.send_resolved, "enabled": c.enabled,
+         "disabled_reason": c.disabled_reason or None, "last_error": c.last_error or None,
+         "last_delivery_at": c.last_delivery_at.isoformat() if c.last_delivery_at else None}
+        for c in Channel.objects.filter(team=team)])

@@ -1,0 +1,242 @@
+"""The one door from alerts to the KPI engine: every figure a rule looks at comes through here.
+
+Nothing is computed in this module beyond choosing the window and picking keys: team and
+workload figures come from greenops.kpis.queries (KPI rollups), host and GPU figures from
+greenops.kpis.measure, idle GPU-hours and idle cost from greenops.costs.accounting. When those
+modules change their interface (core's windows, the costs helper's energy/carbon/cost owners),
+this is the file that changes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+from dataclasses import asdict, dataclass, field
+
+from django.utils import timezone
+
+from greenops.costs import accounting
+from greenops.kpis import measure, metrics, queries
+from greenops.kpis.models import Period
+from greenops.teams.models import Team
+from greenops.telemetry.models import Gpu, Host
+from greenops.workloads.models import Workload
+
+HOUR = dt.timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Kpi:
+    label: str
+    unit: str
+    group: str  # inference | gpu | energy | carbon | cost: decides which sources matter
+    per_inference: bool = False  # needs inference counts: team or workload scope only
+
+
+KPIS: dict[str, Kpi] = {
+    "energy_per_inference_j": Kpi("Energy per inference", "J", "energy", True),
+    "cost_per_1k_inferences_usd": Kpi("Cost per 1k inferences", "USD", "cost", True),
+    "gpu_util_pct": Kpi("GPU utilisation", "%", "gpu"),
+    "idle_gpu_hours": Kpi("Idle GPU-hours", "GPU-h", "gpu"),
+    "idle_cost_usd": Kpi("Idle GPU cost", "USD", "cost"),
+    "latency_p99_ms": Kpi("p99 latency", "ms", "inference", True),
+    "throughput_per_s": Kpi("Throughput", "inferences/s", "inference", True),
+    "energy_kwh": Kpi("IT energy", "kWh", "energy"),
+    "co2e_kg": Kpi("Carbon", "kg CO2e", "carbon"),
+    "cost_usd": Kpi("Spend", "USD", "cost"),
+}
+BUDGET_KPIS = ("cost_usd", "co2e_kg")
+
+# Rolling windows end at the last whole hour: the current hour's rollup is still filling, and
+# a below-threshold rule on a half-measured hour would fire every morning at :05.
+WINDOWS: dict[str, tuple[str, dt.timedelta | None]] = {
+    "1h": ("last whole hour", dt.timedelta(hours=1)),
+    "6h": ("last 6 whole hours", dt.timedelta(hours=6)),
+    "24h": ("last 24 whole hours", dt.timedelta(hours=24)),
+    "7d": ("last 7 days", dt.timedelta(days=7)),
+    "day": ("today so far (team time zone)", None),
+    "month": ("this calendar month so far (team time zone)", None),
+}
+
+ESTIMATED_CPU = {"cpu_load", "tdp", "constant"}
+ESTIMATED_RAM = {"model", "constant"}
+
+
+def team_tz(team: Team) -> dt.tzinfo:
+    """The team's time zone once core's Team.time_zone lands; UTC until then."""
+    name = getattr(team, "time_zone", "") or "UTC"
+    try:
+        return zoneinfo.ZoneInfo(str(name))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return dt.UTC
+
+
+def floor_hour(t: dt.datetime) -> dt.datetime:
+    return t.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def month_start(now: dt.datetime, tz: dt.tzinfo) -> dt.datetime:
+    local = now.astimezone(tz)
+    return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0).astimezone(dt.UTC)
+
+
+def window_bounds(key: str, now: dt.datetime, tz: dt.tzinfo) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) in UTC, ending at the last whole hour."""
+    end = floor_hour(now)
+    label, span = WINDOWS[key]
+    if span is not None:
+        return end - span, end
+    local = now.astimezone(tz)
+    if key == "day":
+        start = local.replace(hour=0, minute=0, second=0, microsecond=0).astimezone(dt.UTC)
+    else:
+        start = month_start(now, tz)
+    return start, max(end, start)
+
+
+@dataclass
+class Scope:
+    team: Team
+    host: Host | None = None
+    gpu: Gpu | None = None
+    workload: Workload | None = None
+
+    @classmethod
+    def of(cls, rule) -> Scope:
+        return cls(rule.team, rule.host, rule.gpu, rule.workload)
+
+    def gpus(self) -> list[Gpu]:
+        if self.gpu is not None:
+            return [self.gpu]
+        if self.host is not None:
+            return list(self.host.gpus.select_related("host"))
+        if self.workload is not None:
+            return list(self.workload.gpu_queryset().select_related("host"))
+        return list(Gpu.objects.filter(host__team=self.team).select_related("host"))
+
+
+@dataclass
+class Figure:
+    """One KPI value over one window, with what it is made of. value None: unknown, and
+    `reason` says why (never a 0 standing in for "no data")."""
+
+    kpi: str
+    value: float | None
+    start: dt.datetime
+    end: dt.datetime
+    reason: str = ""
+    requests: int = 0
+    simulated: bool = False
+    estimated: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def unit(self) -> str:
+        return KPIS[self.kpi].unit
+
+    def as_json(self) -> dict:
+        d = asdict(self)
+        d["start"], d["end"] = self.start.isoformat(), self.end.isoformat()
+        d["unit"] = self.unit
+        d["measured"] = not self.estimated
+        return d
+
+
+def _derived(scope: Scope, start: dt.datetime, end: dt.datetime) -> dict:
+    if scope.host is None and scope.gpu is None:
+        return queries.kpis(scope.team, scope.workload, start, end, Period.HOUR)
+    totals = measure.measure_gpus(scope.gpus(), start, end, measure.cached_factors())
+    return metrics.derive(totals, (end - start).total_seconds())
+
+
+def _estimates(kpi: Kpi, d: dict) -> list[str]:
+    out = []
+    methods = d.get("cpu_ram_method") or ""
+    if kpi.group in ("energy", "carbon") and methods:
+        used = {m.strip() for part in methods.split(";") for m in
+                part.replace("CPU", "").replace("RAM", "").split(",")}
+        if used & (ESTIMATED_CPU | ESTIMATED_RAM):
+            out.append(f"CPU/RAM energy estimated by codecarbon ({methods})")
+    if kpi.group == "carbon" and "default" in (d.get("pue_source") or "").lower():
+        out.append(f"PUE assumed: {d['pue_source']}")
+    if kpi.group == "cost" and "stale" in (d.get("cost_source") or ""):
+        out.append(f"price snapshot is stale ({d['cost_source']})")
+    return out
+
+
+def _idle(scope: Scope, kpi: str, start: dt.datetime, end: dt.datetime) -> Figure:
+    gpus = scope.gpus()
+    hosts = list({g.host_id: g.host for g in gpus}.values())
+    usage = accounting.gpu_usage(hosts, start, end)
+    rows = {r.host.id: r for r in accounting.host_costs(hosts, usage, start, end)}
+    wanted = [usage[g.id] for g in gpus if g.id in usage]
+    if not wanted:
+        return Figure(kpi, None, start, end, reason="no GPU-hours measured in the window")
+    hours = sum(u.idle_hours() for u in wanted)
+    basis = f"GPU-hours under {accounting.IDLE_UTIL_PCT:g}% utilisation"
+    if kpi == "idle_gpu_hours":
+        return Figure(kpi, float(hours), start, end, sources={"method": basis})
+    cost = 0.0
+    for u in wanted:
+        rate = rows[u.host_id].usd_per_gpu_hour
+        if rate is None:
+            problem = rows[u.host_id].problem
+            why = problem.message if problem else "no price"
+            return Figure(kpi, None, start, end, reason=f"{rows[u.host_id].host.name}: {why}")
+        cost += u.idle_hours() * rate
+    stale = [r.host.name for r in rows.values() if r.price is not None and r.price.stale]
+    return Figure(kpi, cost, start, end, sources={"method": basis + " x host price per GPU-hour"},
+                  estimated=[f"stale price for {', '.join(stale)}"] if stale else [])
+
+
+def figure(scope: Scope, kpi_key: str, start: dt.datetime, end: dt.datetime) -> Figure:
+    """The KPI `kpi_key` of `scope` over [start, end)."""
+    kpi = KPIS[kpi_key]
+    if kpi_key in ("idle_gpu_hours", "idle_cost_usd"):
+        return _idle(scope, kpi_key, start, end)
+    if end <= start:
+        return Figure(kpi_key, None, start, end, reason="the window has not started yet")
+    d = _derived(scope, start, end)
+    sources = {k: d[k] for k in ("cost_source", "pue_source", "intensity_source",
+                                 "cpu_ram_method") if d.get(k)}
+    f = Figure(kpi_key, d.get(kpi_key), start, end, requests=int(d.get("requests") or 0),
+               simulated=bool(d.get("simulated")), estimated=_estimates(kpi, d), sources=sources)
+    measured_any = (d.get("gpu_hours") or 0) > 0 or (d.get("energy_kwh") or 0) > 0 or f.requests
+    if not measured_any:
+        f.value, f.reason = None, "no measurements in the window"
+    elif f.value is None:
+        if kpi_key.startswith("cost") or kpi_key == "cost_per_1k_inferences_usd":
+            f.reason = d.get("cost_source") or "no price"
+        elif kpi.per_inference:
+            f.reason = "no inferences counted in the window"
+        else:
+            f.reason = "not measured in the window"
+    return f
+
+
+def daily(scope: Scope, kpi_key: str, now: dt.datetime, tz: dt.tzinfo) -> list[Figure]:
+    """One figure per complete local day of the current month, oldest first."""
+    start = month_start(now, tz)
+    today = now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
+    out = []
+    day = start.astimezone(tz)
+    while day < today:
+        nxt = (day + dt.timedelta(days=1, hours=2)).replace(hour=0)  # DST-safe next midnight
+        out.append(figure(scope, kpi_key, day.astimezone(dt.UTC), nxt.astimezone(dt.UTC)))
+        day = nxt
+    return out
+
+
+def hosts_last_seen(scope: Scope) -> list[tuple[str, dt.datetime | None]]:
+    """(host name, last sample time) for the scope's hosts that are not removed."""
+    if scope.host is not None:
+        hosts = [scope.host]
+    elif scope.gpu is not None:
+        hosts = [scope.gpu.host]
+    else:
+        hosts = list(Host.objects.filter(team=scope.team, removed_at__isnull=True))
+    return [(h.name, h.last_seen) for h in hosts]
+
+
+def now() -> dt.datetime:
+    return timezone.now()

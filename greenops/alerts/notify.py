@@ -1,0 +1,208 @@
+"""Messages and delivery: what a notification says, and sending a channel's pending ones.
+
+Delivery is grouped per channel: every pending notification of a channel that is due goes out
+in one message (Alertmanager's grouping), so five rules firing in the same minute send one
+Slack message, not five. A row is claimed (pending -> sending) before the send; a replayed
+delivery task finds nothing pending and sends nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.urls import reverse
+from django.utils import timezone
+
+from greenops.alerts import channels, figures
+from greenops.alerts.models import (
+    Channel,
+    Notification,
+    NotificationKind,
+    NotificationStatus,
+    Rule,
+    RuleKind,
+)
+
+TAGS = {NotificationKind.FIRING: "FIRING", NotificationKind.RESOLVED: "RESOLVED",
+        NotificationKind.REPEAT: "STILL FIRING", NotificationKind.NODATA: "NO DATA",
+        NotificationKind.ERROR: "ERROR", NotificationKind.TEST: "TEST"}
+
+
+def absolute(path: str) -> str:
+    return settings.SITE_URL.rstrip("/") + path if settings.SITE_URL else path
+
+
+def payload(rule: Rule, kind: str, value: float | None, detail: str, figure: dict,
+            now: dt.datetime) -> dict:
+    """Everything a message says, frozen when the notification is written."""
+    kpi = figures.KPIS.get(rule.kpi)
+    if rule.kind == RuleKind.STOPPED:
+        unit, label = "hosts", "Hosts not reporting"
+    elif rule.kind == RuleKind.CHANGE:
+        unit, label = "%", f"Change in {kpi.label.lower()}"
+    else:
+        unit, label = kpi.unit, kpi.label
+    threshold = {"direction": rule.direction, "fire": rule.fire_level,
+                 "clear": rule.effective_clear_level()}
+    if rule.kind == RuleKind.STOPPED:
+        threshold = {"direction": "above", "fire": 0, "minutes": rule.stopped_minutes}
+    elif rule.kind == RuleKind.BUDGET:
+        threshold = {"budget": rule.fire_level, "unit": kpi.unit,
+                     "forecast": rule.budget_forecast}
+    return {
+        "kind": kind, "rule": rule.name, "rule_id": rule.id, "rule_kind": rule.kind,
+        "team": rule.team.slug, "kpi": rule.kpi or "host_stopped", "kpi_label": label,
+        "value": value, "unit": unit, "threshold": threshold, "scope": rule.scope_label,
+        "window": {"start": figure.get("start"), "end": figure.get("end"),
+                   "label": figures.WINDOWS.get(rule.window, ("",))[0]
+                   if rule.kind in (RuleKind.THRESHOLD, RuleKind.CHANGE) else
+                   "calendar month" if rule.kind == RuleKind.BUDGET else
+                   f"last {rule.stopped_minutes} min"},
+        "measured": not figure.get("estimated"), "estimated": figure.get("estimated", []),
+        "simulated": bool(figure.get("simulated")), "detail": detail,
+        "forecast": figure.get("forecast"),
+        "url": absolute(reverse("alert-rule", args=[rule.team.slug, rule.id])),
+        "explains": absolute(reverse("carbon-methodology")),
+        "at": now.isoformat(),
+    }
+
+
+def _line(p: dict) -> str:
+    value = "unknown" if p["value"] is None else f"{p['value']:,.4g} {p['unit']}".strip()
+    how = "measured" if p["measured"] else "estimated: " + "; ".join(p["estimated"])
+    sim = " Includes SIMULATED data." if p.get("simulated") else ""
+    return (f"[{TAGS.get(p['kind'], p['kind'])}] {p['rule']} ({p['scope']})\n"
+            f"  {p['kpi_label']}: {value} — {p['detail']}\n"
+            f"  Window: {p['window']['label']} {p['window']['start'] or ''} to "
+            f"{p['window']['end'] or ''}\n"
+            f"  Figures: {how}.{sim}\n  {p['url']}  (how figures are computed: "
+            f"{p['explains']})")
+
+
+def render(team_name: str, payloads: list[dict]) -> channels.Message:
+    if len(payloads) == 1:
+        p = payloads[0]
+        title = f"[{TAGS.get(p['kind'], p['kind'])}] {p['rule']} · {team_name}"
+    else:
+        title = f"{len(payloads)} GreenOps alerts · {team_name}"
+    text = "\n\n".join(_line(p) for p in payloads)
+    doc = {"team": payloads[0]["team"], "alerts": payloads,
+           "sent_at": timezone.now().isoformat()}
+    return channels.Message(title, text, doc)
+
+
+def backoff(attempts: int) -> dt.timedelta:
+    """30 s, 1 min, 2 min, 4 min ... capped at an hour."""
+    return dt.timedelta(seconds=min(30 * 2 ** max(attempts - 1, 0), 3600))
+
+
+def _claim(channel: Channel, ids: list[int] | None, now: dt.datetime) -> list[Notification]:
+    with transaction.atomic():
+        qs = Notification.objects.filter(channel=channel, status=NotificationStatus.PENDING)
+        qs = qs.filter(id__in=ids) if ids is not None else qs.filter(next_attempt_at__lte=now)
+        claimed = list(qs.select_for_update(skip_locked=True).order_by("created_at", "id"))
+        Notification.objects.filter(id__in=[n.id for n in claimed]).update(
+            status=NotificationStatus.SENDING, attempts=F("attempts") + 1,
+            next_attempt_at=now)  # while sending: when it was claimed (see stale_sending)
+    return claimed
+
+
+def deliver(channel: Channel, ids: list[int] | None = None,
+            now: dt.datetime | None = None) -> list[Notification]:
+    """Send this channel's due pending notifications as one message; returns them updated."""
+    now = now or timezone.now()
+    if not channel.enabled:
+        return []
+    rows = _claim(channel, ids, now)
+    if not rows:
+        return []
+    ids = [n.id for n in rows]
+    message = render(channel.team.name, [n.payload for n in rows])
+    try:
+        channels.transport_for(channel).send(message)
+    except channels.TransportError as exc:
+        attempts = rows[0].attempts + 1
+        error = exc.message[:500]
+        if exc.permanent:
+            channel.disable(error)
+            Notification.objects.filter(id__in=ids).update(status=NotificationStatus.FAILED,
+                                                           error=error)
+        else:
+            retry = attempts < settings.ALERTS_MAX_ATTEMPTS and not any(
+                n.kind == NotificationKind.TEST for n in rows)
+            Notification.objects.filter(id__in=ids).update(
+                status=NotificationStatus.PENDING if retry else NotificationStatus.FAILED,
+                error=error, next_attempt_at=now + backoff(attempts))
+            Channel.objects.filter(id=channel.id).update(last_error=error, last_error_at=now)
+    else:
+        Notification.objects.filter(id__in=ids).update(status=NotificationStatus.SENT,
+                                                       sent_at=timezone.now(), error="")
+        Channel.objects.filter(id=channel.id).update(last_delivery_at=timezone.now())
+    return list(Notification.objects.filter(id__in=ids))
+
+
+def due_channel_ids(now: dt.datetime | None = None) -> list[int]:
+    now = now or timezone.now()
+    return list(Notification.objects.filter(
+        status=NotificationStatus.PENDING, next_attempt_at__lte=now,
+        channel__disabled_at__isnull=True).values_list("channel_id", flat=True).distinct())
+
+
+def live_payloads(channel: Channel, now: dt.datetime) -> list[dict]:
+    """For "Send test": the current figures of the rules that use this channel (or, with no
+    rule yet, the team's IT energy over the last 24 hours), rendered like a real alert."""
+    from greenops.alerts import evaluate
+
+    out = []
+    for rule in channel.rules.filter(enabled=True).for_page()[:5]:
+        seen = evaluate.observe(rule, now)
+        out.append(payload(rule, NotificationKind.TEST, seen.value, seen.detail, seen.figure,
+                           now))
+    if out:
+        return out
+    tz = figures.team_tz(channel.team)
+    start, end = figures.window_bounds("24h", now, tz)
+    f = figures.figure(figures.Scope(channel.team), "energy_kwh", start, end)
+    detail = ("no rule uses this channel yet; the team's IT energy over the last 24 whole "
+              "hours is shown instead" + (f" ({f.reason})" if f.value is None else ""))
+    return [{"kind": NotificationKind.TEST, "rule": "Test message", "rule_id": None,
+             "rule_kind": "test", "team": channel.team.slug, "kpi": "energy_kwh",
+             "kpi_label": figures.KPIS["energy_kwh"].label, "value": f.value,
+             "unit": f.unit, "threshold": None, "scope": f"team {channel.team.name}",
+             "window": {"start": f.start.isoformat(), "end": f.end.isoformat(),
+                        "label": figures.WINDOWS["24h"][0]},
+             "measured": not f.estimated, "estimated": f.estimated, "simulated": f.simulated,
+             "detail": detail, "forecast": None,
+             "url": absolute(reverse("alert-list", args=[channel.team.slug])),
+             "explains": absolute(reverse("carbon-methodology")), "at": now.isoformat()}]
+
+
+def send_test(channel: Channel) -> Notification:
+    """A real message through the real transport, now; the row records how it went. A test
+    may go to a disabled channel: that is how someone checks a fix before enabling it."""
+    now = timezone.now()
+    rows = [Notification.objects.create(
+        channel=channel, kind=NotificationKind.TEST, payload=p,
+        dedupe_key=f"test:{uuid.uuid4().hex}") for p in live_payloads(channel, now)]
+    ids = [n.id for n in rows]
+    was_disabled = not channel.enabled
+    if was_disabled:
+        channel.disabled_at = None  # this send only; the row in the database stays disabled
+    deliver(channel, ids, now)
+    if was_disabled:
+        channel.refresh_from_db()
+    return Notification.objects.filter(id__in=ids).order_by("id").first()
+
+
+def stale_sending(older_than: dt.timedelta = dt.timedelta(minutes=15)) -> int:
+    """Rows a worker claimed and then died on: not resent (it may have been delivered), but
+    marked failed so the page does not say "sending" for ever."""
+    cutoff = timezone.now() - older_than
+    return Notification.objects.filter(
+        Q(status=NotificationStatus.SENDING) & Q(next_attempt_at__lt=cutoff)
+    ).update(status=NotificationStatus.FAILED,
+             error="the worker stopped during the send; not retried to avoid a duplicate")

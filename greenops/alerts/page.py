@@ -1,0 +1,60 @@
+"""The rule page's chart: the values the rule saw, its fire and clear levels, and its state
+changes, as a Plotly figure spec (plain dict)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.utils import timezone
+
+from dashboards.figures import LAYOUT
+from greenops.alerts import figures
+from greenops.alerts.models import Rule, RuleKind
+
+STATE_COLOURS = {"ok": "#15803d", "pending": "#b45309", "firing": "#b91c1c",
+                 "recovering": "#7c3aed", "nodata": "#6b7280", "error": "#111827"}
+
+
+def rule_chart(rule: Rule, days: int = 7) -> dict | None:
+    since = timezone.now() - dt.timedelta(days=days)
+    points = list(rule.values.filter(at__gte=since).values_list("at", "value"))
+    if not points:
+        return None
+    xs = [t.isoformat() for t, _ in points]
+    if rule.kind == RuleKind.STOPPED:
+        unit, title = "hosts", "Hosts not reporting"
+    elif rule.kind == RuleKind.CHANGE:
+        unit, title = "%", f"Change in {figures.KPIS[rule.kpi].label.lower()} against " \
+                           f"{rule.baseline_days} days earlier"
+    else:
+        unit, title = figures.KPIS[rule.kpi].unit, figures.KPIS[rule.kpi].label
+    data = [{"type": "scatter", "mode": "lines+markers", "name": "value", "x": xs,
+             "y": [v for _, v in points], "connectgaps": False,
+             "hovertemplate": f"%{{y:.4g}} {unit}<extra></extra>"}]
+    levels = []
+    if rule.kind == RuleKind.CHANGE and rule.fire_level is not None:
+        sign = -1 if rule.direction == "below" else 1
+        levels = [("fires", sign * rule.fire_level, "#b91c1c"),
+                  ("clears", sign * rule.effective_clear_level(), "#15803d")]
+    elif rule.kind == RuleKind.BUDGET:
+        levels = [("budget", rule.fire_level, "#b91c1c")]
+    elif rule.kind == RuleKind.THRESHOLD:
+        levels = [("fires", rule.fire_level, "#b91c1c")]
+        if rule.clear_level is not None and rule.clear_level != rule.fire_level:
+            levels.append(("clears", rule.clear_level, "#15803d"))
+    for name, y, colour in levels:
+        data.append({"type": "scatter", "mode": "lines", "name": f"{name} at {y:g}",
+                     "x": [xs[0], xs[-1]], "y": [y, y],
+                     "line": {"dash": "dash", "color": colour, "width": 1}})
+    events = list(rule.events.filter(at__gte=since).order_by("at"))
+    if events:
+        data.append({"type": "scatter", "mode": "markers", "name": "state changes",
+                     "x": [e.at.isoformat() for e in events], "y": [e.value for e in events],
+                     "text": [f"{e.from_state} → {e.to_state}" for e in events],
+                     "marker": {"size": 11, "symbol": "diamond",
+                                "color": [STATE_COLOURS.get(e.to_state, "#111") for e in events]},
+                     "hovertemplate": "%{text}<extra></extra>"})
+    return {"data": data, "layout": {
+        **LAYOUT, "title": {"text": f"{title}, last {days} days (one point per evaluation)"},
+        "showlegend": True, "legend": {"orientation": "h", "y": -0.2},
+        "yaxis": {"title": {"text": unit}, "gridcolor": "#e5e7eb"}}}
