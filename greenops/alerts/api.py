@@ -12,9 +12,9 @@ from ninja.security import django_auth
 
 from greenops.alerts import figures, rules
 from greenops.alerts.models import Channel, NoDataPolicy, Rule, RuleKind
+from greenops.errors import invalid
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import ingest
-from greenops.telemetry.wire import invalid
 
 router = Router(tags=["alerts"])
 

@@ -26,8 +26,8 @@ from django.core.validators import URLValidator, validate_email
 from django.db import IntegrityError, transaction
 
 from greenops.alerts.models import Channel, ChannelKind
+from greenops.errors import invalid
 from greenops.teams.models import Team
-from greenops.telemetry.wire import invalid
 
 
 class TransportError(Exception):

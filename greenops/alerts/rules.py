@@ -17,9 +17,9 @@ from greenops.alerts.models import (
     RuleKind,
     State,
 )
+from greenops.errors import invalid
 from greenops.teams.models import Team
 from greenops.telemetry.models import Gpu, Host
-from greenops.telemetry.wire import invalid
 from greenops.workloads.models import Workload
 
 ROLLING = ("1h", "6h", "24h", "7d")
@@ -156,7 +156,7 @@ def _hour(data: dict, key: str) -> int | None:
 
 
 def clean(team: Team, data: dict) -> tuple[dict, list[Channel]]:
-    """Validated field values for a Rule, and its channels. Raises IngestError(422, field)."""
+    """Validated field values for a Rule, and its channels. Raises FieldError(422, field)."""
     name = _str(data, "name")
     if not name:
         raise invalid("name", "give the rule a name")

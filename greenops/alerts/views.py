@@ -23,10 +23,10 @@ from greenops.alerts.models import (
     RuleKind,
 )
 from greenops.alerts.page import rule_chart
+from greenops.errors import FieldError
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry.models import Gpu
-from greenops.telemetry.wire import IngestError
 
 WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
@@ -68,7 +68,7 @@ def _form_data(request: HttpRequest) -> dict:
 
 
 def _form(request: HttpRequest, team: Team, rule: Rule | None, data: dict,
-          error: IngestError | None = None, status: int = 200) -> HttpResponse:
+          error: FieldError | None = None, status: int = 200) -> HttpResponse:
     return render(request, "alerts/form.html", {
         "team": team, "rule": rule, "d": data, "error": error,
         "scopes": _scope_options(team), "kinds": RuleKind.choices, "kpis": figures.KPIS,
@@ -96,7 +96,7 @@ def _save(request: HttpRequest, team: Team, rule: Rule | None) -> HttpResponse:
     data = _form_data(request)
     try:
         rule = rules.save(team, data, rule, request.user)
-    except IngestError as exc:
+    except FieldError as exc:
         data["scope"] = request.POST.get("scope", "")
         return _form(request, team, rule, data, exc, status=400)
     messages.success(request, f"Saved “{rule.name}”. It is evaluated every minute.")
@@ -168,7 +168,7 @@ def channel_list(request: HttpRequest, team: Team) -> HttpResponse:
     return _channels_page(request, team)
 
 
-def _channels_page(request: HttpRequest, team: Team, *, error: IngestError | None = None,
+def _channels_page(request: HttpRequest, team: Team, *, error: FieldError | None = None,
                    data: dict | None = None, new_secret: str = "", created: Channel | None = None,
                    status: int = 200) -> HttpResponse:
     chans = list(Channel.objects.filter(team=team))
@@ -194,7 +194,7 @@ def channel_new(request: HttpRequest, team: Team) -> HttpResponse:
             "send_resolved": "send_resolved" in request.POST}
     try:
         ch, secret = channels.create(team, data)
-    except IngestError as exc:
+    except FieldError as exc:
         data.pop("target")  # never echo a credential back into the page
         return _channels_page(request, team, error=exc, data=data, status=400)
     return _channels_page(request, team, new_secret=secret, created=ch)
