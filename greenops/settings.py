@@ -94,6 +94,20 @@ CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
 # Public base URL for links in emails and install commands; empty: the URL of the request.
 SITE_URL = os.environ.get("SITE_URL", "")
 
+# Served over HTTPS (production): secure cookies, HSTS and a redirect from plain HTTP. Off for the
+# demo and tests, which run on plain http://localhost where secure cookies would never be sent.
+HTTPS = envbool("GREENOPS_HTTPS", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # the container health check calls plain http locally
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", HTTPS)
+# Behind a TLS-terminating proxy that sets X-Forwarded-Proto: SECURE_PROXY_SSL_HEADER=
+# "HTTP_X_FORWARDED_PROTO,https". Only set it when the proxy always overwrites that header.
+_proxy_header = envlist("SECURE_PROXY_SSL_HEADER", "")
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_header) if len(_proxy_header) == 2 else None
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
