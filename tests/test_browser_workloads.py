@@ -9,7 +9,7 @@ from collectors.client import GreenOpsClient
 from greenops.kpis import rollup
 from greenops.kpis.models import InferenceWindow
 from tests.browser import log_in, page  # noqa: F401  (fixture)
-from tests.test_kpis_measure import Factors, Price, SiteFactors
+from tests.test_kpis_measure import Factors, HourlyPrice, SiteFactors
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -34,8 +34,8 @@ def test_register_workload_and_token_then_report_inferences(live_server, page, u
     client = GreenOpsClient(live_server.url, token)
     client.record_inferences("chat-llm", 300, latencies_ms=[40.0] * 297 + [900.0] * 3)
     assert InferenceWindow.objects.get().requests == 300
-    factors = Factors(site_factors=lambda h: SiteFactors(1.2, "test", 300.0, "test"),
-                      price=lambda h: Price(4.0, "test"))
+    factors = Factors(site_factors=lambda h, hour: SiteFactors(1.2, "test", 300.0, "test"),
+                      price=lambda h, hour: HourlyPrice(4.0, "on_demand", "test", None, False))
     rollup.run(factors=factors)
 
     page.goto(f"{live_server.url}/teams/{team.slug}/kpis/workloads/chat-llm/?range=day")

@@ -21,19 +21,20 @@ import uuid
 import pytest
 
 from greenops.kpis import measure, metrics
-from greenops.kpis.measure import Factors, Price, SiteFactors
+from greenops.kpis.measure import Factors, HourlyPrice, SiteFactors
 from tests.conftest import make_host
 
 H = dt.datetime(2026, 3, 2, 10, tzinfo=dt.UTC)
 
 FACTORS = {"A": SiteFactors(1.5, "site A", 400.0, "test table: A"),
            "B": SiteFactors(1.1, "site B", 100.0, "test table: B")}
-PRICES = {"A": Price(8.0, "test price A"), "B": Price(2.0, "test price B")}
+PRICES = {"A": HourlyPrice(8.0, "on_demand", "test price A", None, False),
+          "B": HourlyPrice(2.0, "on_demand", "test price B", None, False)}
 
 
 def stand_in_factors(prices=PRICES) -> Factors:
-    return Factors(site_factors=lambda host: FACTORS[host.name],
-                   price=lambda host: prices.get(host.name))
+    return Factors(site_factors=lambda host, hour: FACTORS[host.name],
+                   price=lambda host, hour: prices.get(host.name))
 
 
 def add_gpu_hour(gpu, hour, energy_j, util_pct, minutes, simulated=False):

@@ -107,7 +107,7 @@ def test_telemetry_arriving_after_the_lookback_still_reaches_the_kpis(team, host
     """An agent that replays its spool after a 6-hour outage: its hours get rolled up."""
     import time as _time
 
-    from greenops.kpis.measure import Factors, Price, SiteFactors
+    from greenops.kpis.measure import Factors, HourlyPrice, SiteFactors
     from greenops.telemetry.models import LateHour
     from tests.conftest import make_batch
 
@@ -118,8 +118,8 @@ def test_telemetry_arriving_after_the_lookback_still_reaches_the_kpis(team, host
     assert post_batch(token, make_batch(n_per_gpu=5, start=live)).status_code == 202
     late_hour = dt.datetime.fromtimestamp(old // 3600 * 3600, dt.UTC)
     assert list(LateHour.objects.values_list("hour", flat=True)) == [late_hour]  # not the live one
-    factors = Factors(site_factors=lambda h: SiteFactors(1.5, "test", 400.0, "test"),
-                      price=lambda h: Price(8.0, "test"))
+    factors = Factors(site_factors=lambda h, hour: SiteFactors(1.5, "test", 400.0, "test"),
+                      price=lambda h, hour: HourlyPrice(8.0, "on_demand", "test", None, False))
     result = rollup.run(lookback_h=3, factors=factors)
     assert result["late_hours"] == 1
     row = KpiRollup.objects.get(team=team, workload=None, period="hour", bucket=late_hour)

@@ -10,14 +10,20 @@ Precedence (most specific wins, and the answer says which one it used):
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from greenops.carbon import intensity
 from greenops.carbon.models import HostSite, Site
 from greenops.telemetry.models import Host
-from greenops.units import j_to_kwh
+from greenops.units import J_PER_KWH, j_to_kwh
+
+if TYPE_CHECKING:
+    from greenops.energy import ItEnergy
 
 
 @dataclass(frozen=True)
@@ -92,3 +98,66 @@ def carbon_for_energy(it_energy_j: float, factors: SiteFactors) -> Carbon:
         intensity_g_per_kwh=factors.intensity_g_per_kwh,
         intensity_source=factors.intensity_source,
     )
+
+
+# The factors in force for a host in a given hour.
+FactorsFor = Callable[[Host, dt.datetime], SiteFactors]
+
+
+def cached_site_factors() -> FactorsFor:
+    """Site factors looked up once per host: accounting many hours would otherwise repeat the
+    same queries for every hour."""
+    seen: dict[int, SiteFactors] = {}
+
+    def lookup(host: Host, hour: dt.datetime) -> SiteFactors:
+        if host.id not in seen:
+            seen[host.id] = site_factors(host)
+        return seen[host.id]
+
+    return lookup
+
+
+@dataclass
+class CarbonTotals:
+    """Facility energy and CO2e of a measured IT energy, with the factors' sources."""
+
+    it_energy_j: float = 0.0
+    facility_energy_j: float = 0.0
+    co2e_g: float = 0.0
+    pue_source: str = ""
+    intensity_source: str = ""
+
+    @property
+    def facility_energy_kwh(self) -> float:
+        return self.facility_energy_j / J_PER_KWH
+
+    @property
+    def co2e_kg(self) -> float:
+        return self.co2e_g / 1000.0
+
+    @property
+    def pue(self) -> float | None:
+        """Energy-weighted PUE of the hosts and hours."""
+        return self.facility_energy_j / self.it_energy_j if self.it_energy_j else None
+
+
+def carbon_of(energy: ItEnergy, factors: FactorsFor | None = None) -> CarbonTotals:
+    """PUE and grid intensity applied once per host and hour, on that host-hour's IT energy,
+    then summed: work spread over sites (or over a change of factors) gets each one's own."""
+    factors = factors or cached_site_factors()
+    out = CarbonTotals()
+    pue_sources: list[str] = []
+    intensity_sources: list[str] = []
+    for (host_id, bucket), e in sorted(energy.hours.items(), key=lambda kv: kv[0]):
+        if not e.it_energy_j:
+            continue
+        f = factors(energy.hosts[host_id], bucket)
+        carbon = carbon_for_energy(e.it_energy_j, f)
+        out.it_energy_j += e.it_energy_j
+        out.facility_energy_j += carbon.facility_energy_kwh * J_PER_KWH
+        out.co2e_g += carbon.co2e_g
+        pue_sources.append(f"{f.pue:g} ({f.pue_source})")
+        intensity_sources.append(f"{f.intensity_g_per_kwh:g} g/kWh ({f.intensity_source})")
+    out.pue_source = "; ".join(dict.fromkeys(pue_sources))
+    out.intensity_source = "; ".join(dict.fromkeys(intensity_sources))
+    return out

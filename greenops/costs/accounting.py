@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import models
 from django.utils import timezone
 
 from greenops.costs.catalog import HourlyPrice, PriceProblem, host_price
+from greenops.energy import ItEnergy
 from greenops.teams.models import Team
 from greenops.telemetry.models import GpuHour, Host, PurchaseOption
 from greenops.units import J_PER_KWH
@@ -23,6 +25,54 @@ from greenops.units import J_PER_KWH
 LOOKBACKS_DAYS = (7, 30, 60)
 IDLE_UTIL_PCT = 5.0  # below this a GPU-hour is idle: nothing serious runs at <5% SM activity
 COMMITTED = (PurchaseOption.RESERVED, PurchaseOption.SAVINGS_PLAN, PurchaseOption.ON_PREM)
+
+
+# The price of a host in a given hour: what it cost then, or why there is none.
+PriceFor = Callable[[Host, dt.datetime], HourlyPrice | PriceProblem | None]
+
+
+def cached_prices(now: dt.datetime | None = None) -> PriceFor:
+    """Catalog prices looked up once per host."""
+    seen: dict[int, HourlyPrice | PriceProblem] = {}
+
+    def lookup(host: Host, hour: dt.datetime) -> HourlyPrice | PriceProblem:
+        if host.id not in seen:
+            seen[host.id] = host_price(host, now)
+        return seen[host.id]
+
+    return lookup
+
+
+@dataclass
+class Cost:
+    """What a set of GPUs cost over a window; `cost_usd` is None when any host has no price
+    (a partial sum shown as the total would be a wrong figure)."""
+
+    cost_usd: float | None = 0.0
+    source: str = ""
+    problems: list[str] = field(default_factory=list)
+
+
+def _label(price: HourlyPrice) -> str:
+    return f"{price.source} (stale)" if price.stale else price.source
+
+
+def cost_of(energy: ItEnergy, price: PriceFor | None = None) -> Cost:
+    """Each GPU-minute observed costs the host's hourly price / its GPU count / 60."""
+    price = price or cached_prices()
+    total, sources, missing = 0.0, [], []
+    for host_id, minutes in sorted(energy.gpu_minutes_by_host.items()):
+        host = energy.hosts[host_id]
+        found = price(host, energy.start)
+        if not isinstance(found, HourlyPrice):
+            missing.append(host.name)
+            continue
+        total += found.usd_per_hour / max(energy.host_gpu_count.get(host_id, 1), 1) * minutes / 60
+        sources.append(_label(found))
+    if missing:
+        names = sorted(set(missing))
+        return Cost(None, "no price for " + ", ".join(names), [f"no price for {n}" for n in names])
+    return Cost(total, "; ".join(dict.fromkeys(sources)))
 
 
 def window(lookback_days: int, now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
