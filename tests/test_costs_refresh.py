@@ -382,3 +382,133 @@ def test_spot_as_of_is_when_the_refresh_saw_it_not_the_last_change():
     # the cheapest zone (us-east-1b) last changed at 2026-11-29 02:00 (its third point)
     assert spot.detail["last_change_at"] == "2026-11-29T02:00:00+00:00"
     assert "last changed 2026-11-29 02:00 UTC" in spot.detail["note"]
+
+
+# --- Issue 8 item 7: the parsers check what the response holds against what was asked ------
+
+def _variant(itype: str = "g5.xlarge", sku: str = SKU, **attrs) -> dict:
+    """price_list_item() with other product attributes (and its own SKU)."""
+    doc = json.loads(price_list_item(itype).replace(SKU, sku))
+    doc["product"]["attributes"].update(attrs)
+    return doc
+
+
+def _refresh_price_list(items: list, spot_regions=()) -> PriceRefresh:
+    pricing, _ = clients()
+    with Stubber(pricing) as ps:
+        ps.add_response("get_products", {"FormatVersion": "aws_v1",
+                                         "PriceList": [json.dumps(i) for i in items]})
+        return aws_refresh.refresh(pricing, {}, instance_types=["g5.xlarge"],
+                                   spot_regions=list(spot_regions), now=NOW)
+
+
+@pytest.mark.django_db
+def test_a_windows_item_in_the_response_never_overwrites_the_linux_price():
+    # The Linux item says $1.006/h; a Windows item of the same type (which AWS should not have
+    # sent for operatingSystem=Linux) says $1.19/h. Whichever comes last, Linux's price stays.
+    linux = _variant()
+    windows = _variant(sku="YD2VX9XMBQJD4VVV", operatingSystem="Windows",
+                       licenseModel="No License required")
+    windows["terms"]["OnDemand"] = json.loads(json.dumps(windows["terms"]["OnDemand"]).replace(
+        "1.0060000000", "1.1900000000"))
+    byol = _variant(sku="ZZBYOL00000000001", preInstalledSw="SQL Std")
+    for items in ([linux, windows, byol], [windows, byol, linux]):
+        log = _refresh_price_list(items)
+        assert log.status == PriceRefresh.Status.DONE, log.message
+        od = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="on_demand")
+        assert od.usd_per_hour == Decimal("1.006")
+        assert log.prices_updated == 4  # Linux only: on-demand + 3 standard RI terms
+        assert "2 price list item(s) did not match" in log.message
+        [part] = log.parts
+        assert any("operatingSystem='Windows'" in why for why in part["ignored"])
+        assert any("preInstalledSw='SQL Std'" in why for why in part["ignored"])
+    # another instance type than asked is not this type's price either
+    other = _variant("p5.48xlarge")
+    assert aws_refresh.parse_price_list_item(other, "g5.xlarge") == []
+
+
+@pytest.mark.django_db
+def test_spot_records_of_other_products_or_zones_are_not_the_linux_price():
+    rows = spot_rows()
+    later = dt.datetime(2026, 11, 29, 5, 0, tzinfo=dt.UTC)
+    # Newer and dearer: were they counted, 1b's latest would be 0.95 and 1a's median 0.43.
+    rows += [
+        {"AvailabilityZone": "us-east-1b", "InstanceType": "g5.xlarge",
+         "ProductDescription": "Windows", "SpotPrice": "0.950000", "Timestamp": later},
+        {"AvailabilityZone": "us-east-1a", "InstanceType": "g5.xlarge",
+         "ProductDescription": "Red Hat Enterprise Linux", "SpotPrice": "0.460000",
+         "Timestamp": later},
+        {"AvailabilityZone": "us-west-2a", "InstanceType": "g5.xlarge",
+         "ProductDescription": "Linux/UNIX", "SpotPrice": "0.100000", "Timestamp": later},
+        {"AvailabilityZone": "us-east-1a", "InstanceType": "g6.xlarge",
+         "ProductDescription": "Linux/UNIX", "SpotPrice": "0.200000", "Timestamp": later},
+    ]
+    [s] = aws_refresh.summarise_spot("us-east-1", rows, ["g5.xlarge"])
+    # Linux/UNIX in us-east-1 only: 1a 0.40/0.42/0.44 -> median 0.42; 1b 0.30/0.50/0.38 ->
+    # median 0.38, latest 0.38 at 02:00
+    assert (s.zone, s.median_usd_per_hour, s.latest_usd_per_hour) == (
+        "us-east-1b", Decimal("0.38"), Decimal("0.38"))
+    assert s.latest_at == dt.datetime(2026, 11, 29, 2, 0, tzinfo=dt.UTC)
+    assert s.per_zone["us-east-1a"] == {"median": "0.420000", "latest": "0.440000",
+                                        "latest_at": "2026-11-29T02:00:00+00:00", "points": 3}
+
+
+def _od_dims(doc: dict) -> dict:
+    [term] = doc["terms"]["OnDemand"].values()
+    return term["priceDimensions"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("break_it, message", [
+    (lambda d: _od_dims(d).clear(), "term has no price dimensions"),
+    (lambda d: next(iter(_od_dims(d).values()))["pricePerUnit"].update(USD=""),
+     "price dimension has no USD price"),
+    (lambda d: next(iter(_od_dims(d).values())).pop("pricePerUnit"),
+     "price dimension has no USD price"),
+    (lambda d: next(iter(_od_dims(d).values())).update(unit="Quantity"),
+     "unit 'Quantity', expected 'Hrs'"),
+])
+def test_an_unpriceable_on_demand_term_fails_the_part_and_keeps_the_last_good_price(
+        break_it, message):
+    before = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="on_demand")
+    doc = _variant()
+    break_it(doc)
+    log = _refresh_price_list([doc])
+    assert log.status == PriceRefresh.Status.FAILED
+    assert message in log.message and "previous prices are kept" in log.message
+    assert log.prices_updated == 0
+    after = Price.objects.get(pk=before.pk)
+    assert (after.usd_per_hour, after.as_of) == (before.usd_per_hour, before.as_of)
+
+
+def _with_partial_upfront(doc: dict, fee: str | None) -> dict:
+    dims = {f"{SKU}.38NPMPTW36.6YS6EN2CT7": _dim(SKU, "38NPMPTW36", "6YS6EN2CT7", "Hrs",
+                                                 "0.3050000000", "Linux/UNIX g5.xlarge")}
+    if fee is not None:
+        dims[f"{SKU}.38NPMPTW36.2TG2D8R56U"] = _dim(SKU, "38NPMPTW36", "2TG2D8R56U", "Quantity",
+                                                    fee, "Upfront Fee")
+    doc["terms"]["Reserved"][f"{SKU}.38NPMPTW36"] = {
+        "priceDimensions": dims, "sku": SKU, "effectiveDate": "2025-05-01T00:00:00Z",
+        "offerTermCode": "38NPMPTW36",
+        "termAttributes": {"LeaseContractLength": "1yr", "OfferingClass": "standard",
+                           "PurchaseOption": "Partial Upfront"}}
+    return doc
+
+
+def test_partial_upfront_effective_rate_includes_its_fee():
+    offers = {(o.option, o.term_years, o.payment): o for o in
+              aws_refresh.parse_price_list_item(_with_partial_upfront(_variant(), "2672"))}
+    # 0.305 $/h + 2672 $ / 8760 h (0.305023) = 0.610023 $/h
+    assert offers[("reserved", 1, "partial_upfront")].usd_per_hour == Decimal("0.610023")
+
+
+@pytest.mark.django_db
+def test_partial_upfront_without_its_fee_fails_the_part():
+    before = Price.objects.get(region="us-east-1", instance_type="g5.xlarge", option="on_demand")
+    log = _refresh_price_list([_with_partial_upfront(_variant(), None)])
+    assert log.status == PriceRefresh.Status.FAILED
+    assert "reserved 1yr Partial Upfront: upfront fee missing" in log.message
+    # nothing of the part was written: not even the item's valid on-demand price
+    assert Price.objects.get(pk=before.pk).as_of == before.as_of
+    assert not Price.objects.filter(option="reserved", payment="partial_upfront",
+                                    method=PriceMethod.PRICE_LIST_API).exists()

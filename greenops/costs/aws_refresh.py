@@ -51,46 +51,105 @@ class ParsedOffer:
     detail: dict = field(default_factory=dict)
 
 
-def _usd(dimension: dict) -> Decimal:
-    return Decimal(dimension["pricePerUnit"]["USD"])
+# What fetch_price_list asks for. The API is trusted to filter, but not blindly: an item that
+# does not match (a Windows or BYOL product, another instance type) is dropped and counted, so
+# it can never overwrite the Linux price.
+REQUESTED_ATTRIBUTES = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
+                        "capacitystatus": "Used"}
+SPOT_PRODUCT = "Linux/UNIX"
 
 
-def parse_price_list_item(item: str | dict) -> list[ParsedOffer]:
+class PriceDataError(ValueError):
+    """A response that cannot be priced safely: its whole part fails and keeps the last good
+    prices, and the refresh log says why."""
+
+
+def _usd(dimension: dict, where: str) -> Decimal:
+    raw = (dimension.get("pricePerUnit") or {}).get("USD")
+    if raw in (None, ""):
+        raise PriceDataError(f"{where}: price dimension has no USD price")
+    try:
+        value = Decimal(raw)
+    except ArithmeticError as exc:
+        raise PriceDataError(f"{where}: USD price {raw!r} is not a number") from exc
+    if not value.is_finite() or value < 0:
+        raise PriceDataError(f"{where}: USD price {raw!r} is not a price")
+    return value
+
+
+def _dimensions(term: dict, where: str) -> list[dict]:
+    dims = list((term.get("priceDimensions") or {}).values())
+    if not dims:
+        raise PriceDataError(f"{where}: term has no price dimensions")
+    return dims
+
+
+def mismatch(attrs: dict, instance_type: str | None) -> str:
+    """Why a product does not match the request, or "" when it does."""
+    for name, want in REQUESTED_ATTRIBUTES.items():
+        if attrs.get(name) != want:
+            return f"{name}={attrs.get(name)!r}, asked for {want!r}"
+    if instance_type is not None and attrs.get("instanceType") != instance_type:
+        return f"instanceType={attrs.get('instanceType')!r}, asked for {instance_type!r}"
+    return ""
+
+
+def parse_price_list_item(item: str | dict, instance_type: str | None = None
+                          ) -> list[ParsedOffer]:
     """One PriceList entry (a JSON string in the API response) -> its on-demand and standard
-    reserved offers. Upfront fees are spread over the term so every offer is an effective $/h."""
+    reserved offers. Upfront fees are spread over the term so every offer is an effective $/h.
+    A product that does not match the request gives no offers; a term that cannot be priced
+    (no dimension, no USD price, a unit other than hours and the upfront fee, an upfront
+    payment option without its fee) raises PriceDataError."""
     doc = json.loads(item) if isinstance(item, str) else item
     attrs = doc["product"]["attributes"]
     # Local Zones and Wavelength Zones carry their parent's regionCode at their own, higher
     # prices: only the region's own products may write the region's price.
-    if attrs.get("locationType") != "AWS Region":
+    if attrs.get("locationType") != "AWS Region" or mismatch(attrs, instance_type):
         return []
     region = attrs["regionCode"]
     itype = attrs["instanceType"]
     published = dt.datetime.fromisoformat(doc["publicationDate"].replace("Z", "+00:00")) \
         if doc.get("publicationDate") else None
     offers: list[ParsedOffer] = []
-    for term in doc.get("terms", {}).get("OnDemand", {}).values():
-        for dim in term["priceDimensions"].values():
-            if dim["unit"] == "Hrs" and _usd(dim) > 0:
-                offers.append(ParsedOffer(region, itype, PriceOption.ON_DEMAND, _usd(dim),
-                                          published=published,
-                                          detail={"rateCode": dim["rateCode"]}))
-    for term in doc.get("terms", {}).get("Reserved", {}).values():
-        ta = term["termAttributes"]
+    terms = doc.get("terms") or {}
+    for code, term in (terms.get("OnDemand") or {}).items():
+        where = f"{itype} {region} on-demand term {code}"
+        for dim in _dimensions(term, where):
+            if dim.get("unit") != "Hrs":
+                raise PriceDataError(f"{where}: unit {dim.get('unit')!r}, expected 'Hrs'")
+            usd = _usd(dim, where)
+            if usd == 0:
+                raise PriceDataError(f"{where}: on-demand price is 0")
+            offers.append(ParsedOffer(region, itype, PriceOption.ON_DEMAND, usd,
+                                      published=published,
+                                      detail={"rateCode": dim.get("rateCode", "")}))
+    for term in (terms.get("Reserved") or {}).values():
+        ta = term.get("termAttributes") or {}
         # Convertible RIs cost more for their flexibility; the recommendation is for standard.
         if ta.get("OfferingClass") != "standard" or ta.get("LeaseContractLength") not in TERMS:
             continue
         payment = PAYMENTS.get(ta.get("PurchaseOption", ""))
         if payment is None:
             continue
+        where = f"{itype} {region} reserved {ta['LeaseContractLength']} {ta['PurchaseOption']}"
         years = TERMS[ta["LeaseContractLength"]]
-        hourly = Decimal(0)
-        upfront = Decimal(0)
-        for dim in term["priceDimensions"].values():
-            if dim["unit"] == "Hrs":
-                hourly += _usd(dim)
-            elif dim["unit"] == "Quantity":
-                upfront += _usd(dim)
+        hourly: Decimal | None = None
+        upfront: Decimal | None = None
+        for dim in _dimensions(term, where):
+            if dim.get("unit") == "Hrs":
+                hourly = (hourly or Decimal(0)) + _usd(dim, where)
+            elif dim.get("unit") == "Quantity":
+                upfront = (upfront or Decimal(0)) + _usd(dim, where)
+            else:
+                raise PriceDataError(f"{where}: unit {dim.get('unit')!r}, expected 'Hrs' or "
+                                     "'Quantity'")
+        if hourly is None:
+            raise PriceDataError(f"{where}: no hourly ('Hrs') dimension")
+        # Without its fee a Partial Upfront rate looks half as dear as it is.
+        if payment != Payment.NO_UPFRONT and not upfront:
+            raise PriceDataError(f"{where}: upfront fee missing")
+        upfront = upfront or Decimal(0)
         effective = hourly + upfront / (years * HOURS_PER_YEAR)
         offers.append(ParsedOffer(region, itype, PriceOption.RESERVED,
                                   effective.quantize(Decimal("0.000001")), years, payment,
@@ -99,8 +158,10 @@ def parse_price_list_item(item: str | dict) -> list[ParsedOffer]:
     return offers
 
 
-def fetch_price_list(client, instance_types: Iterable[str]) -> list[ParsedOffer]:
-    """All regions' on-demand and reserved offers for the given instance types."""
+def fetch_price_list(client, instance_types: Iterable[str],
+                     ignored: list[str] | None = None) -> list[ParsedOffer]:
+    """All regions' on-demand and reserved offers for the given instance types. Items that do
+    not match the request are dropped, and why goes into `ignored`."""
     offers: list[ParsedOffer] = []
     for itype in instance_types:
         filters = [
@@ -118,7 +179,11 @@ def fetch_price_list(client, instance_types: Iterable[str]) -> list[ParsedOffer]
                 kwargs["NextToken"] = token
             page = client.get_products(**kwargs)
             for item in page.get("PriceList", []):
-                offers.extend(parse_price_list_item(item))
+                doc = json.loads(item) if isinstance(item, str) else item
+                why = mismatch(doc["product"]["attributes"], itype)
+                if why and ignored is not None:
+                    ignored.append(f"{doc['product'].get('sku', '?')}: {why}")
+                offers.extend(parse_price_list_item(doc, itype))
             token = page.get("NextToken")
             if not token:
                 break
@@ -181,14 +246,27 @@ class SpotSummary:
     per_zone: dict[str, dict]
 
 
-def summarise_spot(region: str, history: list[dict]) -> list[SpotSummary]:
+def summarise_spot(region: str, history: list[dict],
+                   instance_types: Iterable[str] | None = None) -> list[SpotSummary]:
     """Per instance type: each zone's latest price and median over the lookback; the type's
-    planning price is the zone with the lowest median (where one would launch)."""
+    planning price is the zone with the lowest median (where one would launch). Records for
+    another product, zone or instance type than asked are dropped; a record without a price
+    raises PriceDataError."""
+    instance_types = set(instance_types) if instance_types is not None else None
     by_type: dict[str, dict[str, list[tuple[dt.datetime, Decimal]]]] = defaultdict(
         lambda: defaultdict(list))
     for row in history:
-        by_type[row["InstanceType"]][row["AvailabilityZone"]].append(
-            (row["Timestamp"], Decimal(row["SpotPrice"])))
+        # Asked for Linux/UNIX in this region's zones only: anything else (Windows, SUSE,
+        # another region's zone) must not become this region's Linux price.
+        if (row.get("ProductDescription") != SPOT_PRODUCT
+                or not str(row.get("AvailabilityZone", "")).startswith(region)
+                or (instance_types is not None and row.get("InstanceType") not in instance_types)):
+            continue
+        where = f"spot {row.get('InstanceType')} {row.get('AvailabilityZone')}"
+        price = _usd({"pricePerUnit": {"USD": row.get("SpotPrice")}}, where)
+        if price == 0 or not isinstance(row.get("Timestamp"), dt.datetime):
+            raise PriceDataError(f"{where}: record without a price or time")
+        by_type[row["InstanceType"]][row["AvailabilityZone"]].append((row["Timestamp"], price))
     out = []
     for itype, zones in sorted(by_type.items()):
         per_zone = {}
@@ -309,8 +387,11 @@ def refresh(pricing_client, ec2_clients: Mapping[str, Any] | Callable[[str], Any
     log = PriceRefresh.objects.create(started_at=now)
     types = instance_types or list(
         InstanceType.objects.filter(provider="aws").values_list("name", flat=True))
-    parts = [run_part("price_list", lambda: fetch_price_list(pricing_client, types),
+    ignored: list[str] = []
+    parts = [run_part("price_list", lambda: fetch_price_list(pricing_client, types, ignored),
                       lambda offers: save_offers(offers, now))]
+    if ignored:
+        parts[0]["ignored"] = ignored[:20]
     if savings_plans_client is not None:
         parts.append(run_part(
             "savings_plans", lambda: fetch_savings_plan_rates(savings_plans_client, types),
@@ -322,7 +403,8 @@ def refresh(pricing_client, ec2_clients: Mapping[str, Any] | Callable[[str], Any
         def fetch(region: str = region) -> list[SpotSummary]:
             client = ec2_clients[region] if isinstance(ec2_clients, Mapping) \
                 else ec2_clients(region)
-            return summarise_spot(region, fetch_spot_history(client, types, now - spot_lookback))
+            return summarise_spot(region, fetch_spot_history(client, types, now - spot_lookback),
+                                  types)
         parts.append(run_part(f"spot {region}", fetch,
                               lambda summaries: save_spot(summaries, spot_lookback, now)))
     _finish(log, parts)
@@ -337,6 +419,11 @@ def _finish(log: PriceRefresh, parts: list[dict]) -> None:
     log.status = (PriceRefresh.Status.DONE if not failed else
                   PriceRefresh.Status.FAILED if not done else PriceRefresh.Status.PARTIAL)
     log.message = f"{done} of {len(parts)} parts refreshed, {log.prices_updated} prices updated."
+    ignored = sum(len(p.get("ignored", [])) for p in parts)
+    if ignored:
+        log.message += (f" {ignored} price list item(s) did not match the request (Linux, "
+                        "shared tenancy, no pre-installed software, capacity Used) and were "
+                        "ignored.")
     if failed:
         log.message += " Failed: " + "; ".join(f"{p['part']} ({p['error']})" for p in failed) \
             + ". For those, the previous prices are kept."
