@@ -137,10 +137,22 @@ def status_server_lines(config) -> list[str]:
     lines = [f"server:          {config.server} reachable ({answer.rtt_s * 1000:.0f} ms)"]
     if config.token:
         who = probe.whoami(config.server, config.token, timeout_s=3.0)
-        host = who.doc.get("host") if who.ok else None
-        lines.append(f"token:           accepted (host {host})" if who.ok
-                     else "token:           REJECTED (revoked or rotated? enroll again)")
+        lines.append(token_line(who))
     return lines
+
+
+def token_line(who) -> str:
+    """Only a 401/403 means the token was refused: a 5xx (database down, say) or a timeout
+    says nothing about the token, and telling an operator to re-enroll then sends them the
+    wrong way."""
+    if who.ok:
+        return f"token:           accepted (host {who.doc.get('host')})"
+    if who.status in (401, 403):
+        return "token:           REJECTED (revoked or rotated? enroll again)"
+    if who.status is None:
+        return f"token:           not checked (no answer: {who.server_message()})"
+    return (f"token:           not checked (server error HTTP {who.status}: "
+            f"{who.server_message()})")
 
 
 def print_status_server(config) -> None:

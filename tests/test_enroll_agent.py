@@ -248,3 +248,21 @@ def test_status_without_spool_or_server_says_so(tmp_path):
     assert status.returncode == 0, status.stderr
     assert "no batches sent yet" in status.stdout
     assert "server:          http://127.0.0.1:9 unreachable" in status.stdout
+
+
+def test_status_tells_a_server_error_from_a_refused_token():
+    # A server whose database is down answers /time (no database) but 500 on whoami.
+    from collectors.cli_host import token_line
+    from collectors.probe import Answer
+
+    def answer(status, doc):
+        return Answer(status, doc, "", 0.01, 0.0)
+
+    assert token_line(answer(200, {"host": "n1"})) == "token:           accepted (host n1)"
+    assert "REJECTED" in token_line(answer(401, {"message": "unknown or revoked host token"}))
+    assert "REJECTED" in token_line(answer(403, {"message": "forbidden"}))
+    line = token_line(answer(500, {"error": "server_error", "message": "database unavailable"}))
+    assert "REJECTED" not in line
+    assert line == ("token:           not checked (server error HTTP 500: database unavailable)")
+    line = token_line(Answer(None, None, "timed out", 3.0, 0.0))
+    assert line == "token:           not checked (no answer: timed out)"
