@@ -73,10 +73,11 @@ def test_run_picks_up_late_inference_windows_through_the_cursor(scenario):
     rollup.run(now=now + dt.timedelta(minutes=5), lookback_h=2, factors=stand_in_factors())
     row = KpiRollup.objects.get(workload=w, period=Period.HOUR, bucket=H)
     assert row.requests == 3635 and row.gpu_energy_j == pytest.approx(2_520_000)
-    assert RollupCursor.objects.get().position == batch.received_at
+    assert RollupCursor.objects.get(name=rollup.CURSOR).position == batch.received_at
     # Once past the cursor (and its overlap), that hour is left alone.
     KpiRollup.objects.filter(bucket=H).delete()
-    RollupCursor.objects.update(position=batch.received_at + dt.timedelta(minutes=6))
+    RollupCursor.objects.filter(name=rollup.CURSOR).update(
+        position=batch.received_at + dt.timedelta(minutes=6))
     rollup.run(now=now + dt.timedelta(minutes=10), lookback_h=2, factors=stand_in_factors())
     assert not KpiRollup.objects.filter(bucket=H).exists()
 
@@ -126,3 +127,44 @@ def test_telemetry_arriving_after_the_lookback_still_reaches_the_kpis(team, host
     assert row.gpu_energy_j == pytest.approx(59 * (200 + 210))
     assert not LateHour.objects.exists()
     assert rollup.run(lookback_h=3, factors=factors)["late_hours"] == 0
+
+
+def test_no_hour_falls_between_late_marks_and_the_rollup_lookback(team):
+    """Issue 8 item 9. A batch for hour H stored between H+2h and H+3h, after the last rollup
+    run that reached H, used to reach the GPU rollups and never the KPIs: ingest marks only
+    hours older than 2 h, and the next run's 3-hour lookback (H+1, H+2, H+3) no longer held H."""
+    from greenops.telemetry import late
+    from tests.conftest import make_host
+
+    host, _ = make_host(team, "A", gpus=1)
+    gpu = host.gpus.get()
+    factors = stand_in_factors()
+    # Beat runs the rollup every 5 minutes; the run at H+2h55m still covers H, H+1 and H+2.
+    rollup.run(now=H + dt.timedelta(hours=2, minutes=55), factors=factors)
+    assert not KpiRollup.objects.filter(bucket=H).exists()  # nothing for H yet
+    # The agent's batch for H is stored at H+2h59m, as ingest does it: GPU rollups, then the
+    # late mark if ingest judges the hour out of the rollup's reach.
+    stored_at = H + dt.timedelta(hours=2, minutes=59)
+    add_gpu_hour(gpu, H, 3_600_000, 50.0, 60)
+    if late.is_late(H, stored_at):
+        late.mark(team.id, H, H + dt.timedelta(minutes=59), stored_at)
+    # The next run, at H+3h00m30s.
+    rollup.run(now=H + dt.timedelta(hours=3, seconds=30), factors=factors)
+    row = KpiRollup.objects.get(team=team, workload=None, period=Period.HOUR, bucket=H)
+    assert row.gpu_energy_j == pytest.approx(3_600_000)  # 60 min x 1 kWh/h = 3.6 MJ
+
+
+def test_a_run_after_a_long_pause_reaches_back_to_where_the_last_run_stopped(team):
+    """Beat down for 5 hours: a live batch stored just before the outage for the hour then
+    current, and not marked late, is still rolled up by the first run after it."""
+    from greenops.telemetry import late
+    from tests.conftest import make_host
+
+    host, _ = make_host(team, "A", gpus=1)
+    gpu = host.gpus.get()
+    rollup.run(now=H + dt.timedelta(minutes=50), factors=stand_in_factors())
+    add_gpu_hour(gpu, H, 1_800_000, 50.0, 30)
+    assert not late.is_late(H, H + dt.timedelta(minutes=52))  # a live batch: no mark
+    rollup.run(now=H + dt.timedelta(hours=5, minutes=50), factors=stand_in_factors())
+    row = KpiRollup.objects.get(team=team, workload=None, period=Period.HOUR, bucket=H)
+    assert row.gpu_energy_j == pytest.approx(1_800_000)

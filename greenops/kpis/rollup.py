@@ -2,7 +2,9 @@
 
 Each run recomputes whole buckets from their sources (GPU rollups, host CPU/RAM hours, raw
 inference windows) and overwrites them, so running twice changes nothing. Which buckets:
-  - the last `lookback_h` hours (telemetry for recent hours is still arriving), and
+  - the last `lookback_h` hours (telemetry for recent hours is still arriving), reaching back
+    `lookback_h` - 1 hours before the hour in which the previous run started (so a pause in
+    beat, or a batch stored just after a run, loses no hour: see telemetry/late.py), and
   - every hour that received inference windows since the previous run (late senders), found
     through a cursor on InferenceBatch.received_at;
   - every hour whose GPU or CPU/RAM telemetry arrived after the lookback had passed it (an agent
@@ -24,6 +26,7 @@ from greenops.kpis import metrics
 from greenops.kpis.measure import Factors, add_inference, cached_factors, measure_gpus
 from greenops.kpis.models import InferenceBatch, InferenceWindow, KpiRollup, Period, RollupCursor
 from greenops.teams.models import Team
+from greenops.telemetry import late
 from greenops.telemetry.models import Gpu, LateHour
 from greenops.windows import floor_day, floor_hour
 from greenops.workloads.models import Workload, WorkloadKind
@@ -31,6 +34,7 @@ from greenops.workloads.models import Workload, WorkloadKind
 HOUR = dt.timedelta(hours=1)
 DAY = dt.timedelta(days=1)
 CURSOR = "inference"
+RUN_CURSOR = "run"  # when the last completed run started
 OVERLAP = dt.timedelta(minutes=5)
 
 
@@ -116,7 +120,7 @@ def _touched_hours(since: dt.datetime | None) -> tuple[dict[int, set], dt.dateti
     return touched, newest
 
 
-def run(now: dt.datetime | None = None, lookback_h: int = 3,
+def run(now: dt.datetime | None = None, lookback_h: int = late.LOOKBACK_HOURS,
         factors: Factors | None = None) -> dict:
     """One beat tick. Safe to run concurrently with ingest and to run twice."""
     from greenops.kpis import jobs
@@ -129,7 +133,10 @@ def run(now: dt.datetime | None = None, lookback_h: int = 3,
     for _, team_id, hour in late_rows:
         touched[team_id].add(hour)
     current = floor_hour(now)
-    recent = {current - HOUR * i for i in range(lookback_h)}
+    previous_run = RollupCursor.objects.filter(name=RUN_CURSOR).first()
+    since = min(previous_run.position, now) if previous_run else now
+    first = late.reach(since, lookback_h)
+    recent = {first + HOUR * i for i in range(int((current - first) / HOUR) + 1)}
     active_teams = set(Gpu.objects.filter(host__team__isnull=False).values_list(
         "host__team_id", flat=True).distinct()) | set(touched)
     done = 0
@@ -142,9 +149,10 @@ def run(now: dt.datetime | None = None, lookback_h: int = 3,
         done += len(hours)
     if newest is not None and (cursor is None or newest > cursor.position):
         RollupCursor.objects.update_or_create(name=CURSOR, defaults={"position": newest})
-    accounted = jobs.refresh_recent(now, dt.timedelta(hours=lookback_h), factors)
+    accounted = jobs.refresh_recent(now, now - first, factors)
     for _, team_id, hour in late_rows:
         accounted += jobs.refresh_overlapping(team_id, hour, hour + HOUR, now, factors)
     # Only now: a run that failed half-way leaves the marks for the next one.
     LateHour.objects.filter(id__in=[row[0] for row in late_rows]).delete()
+    RollupCursor.objects.update_or_create(name=RUN_CURSOR, defaults={"position": now})
     return {"hours": done, "jobs": accounted, "late_hours": len(late_rows)}

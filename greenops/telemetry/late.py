@@ -1,7 +1,13 @@
 """Marking hours whose telemetry arrived late, for the KPI rollup to rebuild.
 
-Regular rollup runs recompute the most recent hours anyway (kpis.rollup.run's lookback), so only
-data older than RECENT is marked: a live agent's batches add no rows here.
+The rule that keeps every hour in the KPIs, whenever its telemetry is stored:
+- each KPI rollup run (kpis.rollup.run) recomputes every hour from LOOKBACK_HOURS - 1 hours
+  before the hour in which the *previous* run started, up to the current hour; so
+- an hour H that is not older than that at the moment a batch for it is stored (H >= the
+  current hour minus LOOKBACK_HOURS - 1) is reached by the next run, however late it comes,
+  because that run's previous run started no later than the batch was stored;
+- older hours are marked here and rebuilt by the next run from the marks.
+A live agent's batches are never older than that, so they add no rows here.
 """
 
 from __future__ import annotations
@@ -11,26 +17,27 @@ import datetime as dt
 from django.utils import timezone
 
 from greenops.telemetry.models import LateHour
-from greenops.windows import floor_hour
+from greenops.windows import HOUR, floor_hour
 
-# Must stay below the KPI rollup's lookback (3 hours) so no hour falls between the two.
-RECENT = dt.timedelta(hours=2)
-HOUR = dt.timedelta(hours=1)
+# Hours a KPI rollup run recomputes counting the current one (kpis.rollup.run's default).
+LOOKBACK_HOURS = 3
 
 
-def _cutoff(now: dt.datetime | None) -> dt.datetime:
-    """Hours before this one are past the regular rollup's reach."""
-    return floor_hour((now or timezone.now()) - RECENT)
+def reach(since: dt.datetime, lookback_hours: int = LOOKBACK_HOURS) -> dt.datetime:
+    """The oldest hour a rollup run recomputes when the previous run started at `since`
+    (or the oldest hour a batch stored at `since` may be for and still go unmarked)."""
+    return floor_hour(since) - (lookback_hours - 1) * HOUR
 
 
 def is_late(start: dt.datetime, now: dt.datetime | None = None) -> bool:
-    return floor_hour(start) < _cutoff(now)
+    return floor_hour(start) < reach(now or timezone.now())
 
 
 def mark(team_id: int, start: dt.datetime, end: dt.datetime,
          now: dt.datetime | None = None) -> int:
-    """Mark the hours in [start, end] that are older than RECENT; returns how many."""
-    hour, last = floor_hour(start), min(floor_hour(end), _cutoff(now) - HOUR)
+    """Mark the hours in [start, end] that the next rollup run might not reach; returns how
+    many."""
+    hour, last = floor_hour(start), min(floor_hour(end), reach(now or timezone.now()) - HOUR)
     rows = []
     while hour <= last:
         rows.append(LateHour(team_id=team_id, hour=hour))
