@@ -3,9 +3,31 @@
 import os
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "greenops.settings")
 
 app = Celery("greenops")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def drop_broken_db_connections(task=None, **_kwargs) -> None:
+    """Close a database connection that failed, before and after each task.
+
+    Django does this at the start and end of each web request; in a worker Celery's fixup only
+    does it every CELERY_DB_REUSE_MAX tasks. After PostgreSQL restarted, a pool process kept
+    its dead connection and failed every task until then. An error raised outside a transaction
+    marks the connection (errors_occurred), and close_if_unusable_or_obsolete closes it only if
+    it no longer answers. Eager tasks run inside the caller's request and transaction: leave
+    those alone.
+    """
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
