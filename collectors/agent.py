@@ -65,8 +65,10 @@ class Agent:
         self.interval_s = interval_s
         self.batch_seconds = batch_seconds
         self.flush_timeout_s = flush_timeout_s
-        self.indexes = [g.index for g in source.gpus()]
-        self.energy = EnergyAccountant(max_gap_s=MAX_GAP_INTERVALS * interval_s)
+        gpus = source.gpus()
+        self.indexes = [g.index for g in gpus]
+        self.energy = EnergyAccountant(max_gap_s=MAX_GAP_INTERVALS * interval_s,
+                                       power_limit_w={g.index: g.power_limit_w for g in gpus})
         self.buffer = wire.SampleBuffer()
         self.stats = AgentStats()
         self.channels = list(channels)

@@ -1,33 +1,56 @@
-"""Inference counts and latencies scraped from inference servers' Prometheus ``/metrics``.
+"""Inference counts, latencies and timings scraped from inference servers' Prometheus ``/metrics``.
 
 Every ``scrape_interval`` seconds each configured target is read and compared with its
-previous scrape; the differences become one *window* of the ``POST /api/v1/inference``
-payload (greenops/kpis/inference.py): counts are deltas over the window, never running
-totals, and a latency histogram is passed through bucket by bucket (cumulative ``_bucket``
-deltas in the server's own bounds), never reduced to an average or a percentile here.
+previous good scrape; the differences become one *window* of the ``POST /api/v1/inference``
+payload (greenops/kpis/inference.py) with its ``start`` (the previous good scrape) and ``end``:
+counts are deltas over the window, never running totals, and a histogram is passed through
+bucket by bucket (cumulative ``_bucket`` deltas in the server's own bounds), never reduced to
+an average or a percentile here (the server computes percentiles as Prometheus'
+``histogram_quantile`` does).
 
-Counter resets: Prometheus counters only go up while the server runs, so a value lower than
-the previous scrape means the server restarted and counted from zero again; the window then
-counts the new value (what was counted since the restart), as Prometheus' ``increase()`` does.
-A histogram series is reset as a whole when its count or any bucket went down. A series that
-appears after the first scrape (a model loaded later) counts from zero. The first scrape of a
-target only sets the baseline: what the server counted before the agent started is not ours to
-attribute to a window. A failed scrape sends nothing; the next good one covers the whole span.
+What a scrape is compared with -- the rules that keep a bad scrape from becoming a figure:
+
+* A response shorter than its ``Content-Length``, one that does not end with a line feed (the
+  text format ends every line with one), or one that does not parse is a *failed scrape*:
+  nothing is sent and the last good scrape stays the base, so the next good one covers the
+  whole span.
+* A *restart* is recognised from ``process_start_time_seconds`` changing (vLLM exposes it), or,
+  where the server does not expose it (Triton), from *every* counter and histogram series of
+  the target that had counted something being lower than before. The window then counts the
+  new values (what was counted since the restart, as Prometheus' ``increase()`` does) and
+  starts at the new process start where known.
+* Anything else that went down -- one counter of several, some buckets of a histogram, a
+  histogram whose buckets are not cumulative -- is an *inconsistent scrape*: nothing is sent
+  and the base is kept. After ``MAX_INCONSISTENT`` such scrapes in a row the target is taken
+  as it now is (a new base, nothing sent for the span), so one odd series cannot stop a target
+  for ever; that is logged.
+
+A series that appears after the base (a model loaded later) counts from zero. The first scrape
+of a target only sets the base: what the server counted before the agent started is not ours to
+attribute to a window.
 
 Kinds (``kind`` in the config):
 
 * ``triton``: requests = ``nv_inference_count`` (inferences: a batch of n counts n),
   success/failure = ``nv_inference_request_success`` / ``nv_inference_request_failure``
-  (requests). Latency: a histogram where the server exposes one (``_bucket`` series of
-  ``nv_inference_request_duration_us``, else Triton 24.x's opt-in
-  ``nv_inference_first_response_histogram_ms``), passed through as ``latency.le``/``counts``;
-  otherwise Triton's default cumulative-microseconds counter, which only gives a mean: it is
-  sent as ``latency = {"unit": "us", "sum": ..., "count": <successful requests>}`` with no
-  buckets. Which one was used is therefore visible in every window (buckets or not).
+  (requests). Request latency = ``nv_inference_request_duration_us`` (cumulative microseconds;
+  a histogram where a build exposes ``_bucket`` series) over ``nv_inference_request_success``:
+  a mean, sent as ``latency = {"unit": "us", "sum": ..., "count": ...}`` with no buckets.
+  Beside it, as ``timings``: queue (``nv_inference_queue_duration_us``) and compute input /
+  inference / output (``nv_inference_compute_{input,infer,output}_duration_us``), each over
+  the same successful requests as Triton's documentation divides them (compute excludes cached
+  requests: with the response cache on, those means are low by the cache-hit share), and the
+  opt-in ``nv_inference_first_response_histogram_ms`` as *time to first response* (for a
+  streaming model that is the first chunk, not the request). ``nv_energy_consumption`` (joules
+  per GPU since Triton started) is summed over the server's GPUs into ``server_energy_j`` --
+  all GPUs of the server, whichever model a target filters on.
 * ``vllm``: requests = all ``vllm:request_success_total`` (every ``finished_reason``); failure
   = the ``abort`` and ``error`` reasons, success = the rest; tokens =
-  ``vllm:generation_tokens_total``; latency = the ``vllm:e2e_request_latency_seconds``
-  histogram (seconds).
+  ``vllm:generation_tokens_total``, prompt tokens = ``vllm:prompt_tokens_total``; latency =
+  the ``vllm:e2e_request_latency_seconds`` histogram; timings: time to first token
+  (``vllm:time_to_first_token_seconds``) and time per output token
+  (``vllm:time_per_output_token_seconds``, ``vllm:inter_token_latency_seconds`` in newer
+  releases).
 * ``custom``: counter and histogram names from the config.
 
 ``labels = {model = "resnet50"}`` in a target keeps only the series with those label values
@@ -59,12 +82,29 @@ KINDS = ("triton", "vllm", "custom")
 UNITS = ("s", "ms", "us")
 MAX_WINDOWS_PER_BATCH = 1000  # the server's limit per request
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a /metrics page beyond this is not an inference server's
+MAX_INCONSISTENT = 3  # inconsistent scrapes in a row before the target is re-based
+START_TIME = "process_start_time_seconds"
 
 Fetch = Callable[[str, float], str]
 
 
 class TargetError(ValueError):
     """A scrape target in the config is malformed (the CLI shows it as a config error)."""
+
+
+class ScrapeError(ValueError):
+    """A response that is not a whole, consistent scrape."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A timing beside the request latency: a histogram family, or a cumulative-duration
+    counter divided by the counter of what it timed. Names as greenops.kpis.inference."""
+
+    name: str
+    families: tuple[str, ...]  # first exposed wins (metrics renamed across releases)
+    unit: str
+    per: str | None = None  # for a duration counter: the counter of what was timed
 
 
 @dataclass(frozen=True)
@@ -75,35 +115,53 @@ class Recipe:
     success: str | None = None
     failure: str | None = None
     tokens: str | None = None
-    # Latency histogram families, (name, unit), first present wins; series <name>_bucket...
+    prompt_tokens: str | None = None
+    # Request-latency histogram family, (name, unit); series <name>_bucket...
     histograms: tuple[tuple[str, str], ...] = ()
     unit: str = "s"  # of the mean-only duration counter
     # Mean-only latency: a cumulative-duration counter and the counter of what it timed.
     duration_sum: str | None = None
     duration_count: str | None = None
+    timings: tuple[Timing, ...] = ()
+    energy_j: str | None = None  # a per-GPU energy counter in joules (not label-filtered)
     # vLLM: one counter whose finished_reason label tells success from failure.
     reason_label: str | None = None
     failure_reasons: tuple[str, ...] = ()
 
 
+_TRITON_OK = "nv_inference_request_success"
 TRITON = Recipe(
     requests="nv_inference_count",
-    success="nv_inference_request_success",
+    success=_TRITON_OK,
     failure="nv_inference_request_failure",
-    histograms=(
-        ("nv_inference_request_duration_us", "us"),  # where a build exposes it as histogram
-        # --metrics-config histogram_latencies=true (Triton 24.x): request to first response;
-        # the whole request for a non-decoupled model, time to first chunk when streaming.
-        ("nv_inference_first_response_histogram_ms", "ms"),
-    ),
+    # A build that exposes the request duration with buckets; Triton's default is a counter.
+    histograms=(("nv_inference_request_duration_us", "us"),),
     unit="us",
     duration_sum="nv_inference_request_duration_us",
-    duration_count="nv_inference_request_success",
+    duration_count=_TRITON_OK,
+    timings=(
+        # --metrics-config histogram_latencies=true (Triton 24.x): request to first response.
+        Timing("first_response", ("nv_inference_first_response_histogram_ms",), "ms"),
+        Timing("queue", ("nv_inference_queue_duration_us",), "us", per=_TRITON_OK),
+        Timing("compute_input", ("nv_inference_compute_input_duration_us",), "us",
+               per=_TRITON_OK),
+        Timing("compute_infer", ("nv_inference_compute_infer_duration_us",), "us",
+               per=_TRITON_OK),
+        Timing("compute_output", ("nv_inference_compute_output_duration_us",), "us",
+               per=_TRITON_OK),
+    ),
+    energy_j="nv_energy_consumption",
 )
 VLLM = Recipe(
     requests="vllm:request_success_total",
     tokens="vllm:generation_tokens_total",
+    prompt_tokens="vllm:prompt_tokens_total",
     histograms=(("vllm:e2e_request_latency_seconds", "s"),),
+    timings=(
+        Timing("first_token", ("vllm:time_to_first_token_seconds",), "s"),
+        Timing("per_output_token", ("vllm:time_per_output_token_seconds",
+                                    "vllm:inter_token_latency_seconds"), "s"),
+    ),
     reason_label="finished_reason",
     failure_reasons=("abort", "error"),
 )
@@ -170,18 +228,22 @@ def parse_target(doc: Any, where: str) -> Target:
     return Target(url, kind, workload, recipe, tuple(sorted(labels.items())))
 
 
+
+
 # --- deltas ----------------------------------------------------------------------------------
 
 
 def counter_delta(prev: Mapping[prom.Labels, float], cur: Mapping[prom.Labels, float]) -> float:
-    """Sum over series of the increase since ``prev``; a decrease is a restart (count anew)."""
+    """Sum over series of the increase since ``prev``; a series new since ``prev`` counts from
+    zero. Callers have already refused scrapes in which a series fell (see ``compare``); after
+    a restart they pass an empty ``prev``."""
     total = 0.0
     for labels, value in cur.items():
         if math.isnan(value):
             continue
         before = prev.get(labels)
         if before is None or math.isnan(before) or value < before:
-            total += value  # new series, or the counter restarted from zero
+            total += value  # new series (or, defensively, one that restarted on its own)
         else:
             total += value - before
     return total
@@ -198,7 +260,8 @@ class Histogram:
 
 def histograms(expo: prom.Exposition, family: str, keep: Callable[[prom.Labels], bool]
                ) -> dict[prom.Labels, Histogram]:
-    """Every series of a histogram family, keyed by its labels without ``le``."""
+    """Every series of a histogram family, keyed by its labels without ``le``. Buckets that are
+    not cumulative (a count lower than the bucket below it) make the scrape unreadable."""
     buckets: dict[prom.Labels, dict[float, float]] = {}
     for labels, value in expo.series(family + "_bucket").items():
         le = prom.label(labels, "le")
@@ -215,9 +278,10 @@ def histograms(expo: prom.Exposition, family: str, keep: Callable[[prom.Labels],
         inf = by_le.get(math.inf, counts.get(key))
         if inf is None:
             raise prom.ParseError(f"{family}: no +Inf bucket and no _count for {dict(key)}")
-        out[key] = Histogram(
-            tuple(finite), tuple(by_le[b] for b in finite) + (inf,), sums.get(key, 0.0)
-        )
+        cumulative = tuple(by_le[b] for b in finite) + (inf,)
+        if any(b < a for a, b in zip(cumulative, cumulative[1:], strict=False)):
+            raise prom.ParseError(f"{family}: bucket counts of {dict(key)} are not cumulative")
+        out[key] = Histogram(tuple(finite), cumulative, sums.get(key, 0.0))
     return out
 
 
@@ -227,18 +291,14 @@ def histogram_delta(prev: Mapping[prom.Labels, Histogram], cur: Mapping[prom.Lab
     result: Histogram | None = None
     for key, h in cur.items():
         before = prev.get(key)
-        if (
-            before is None
-            or before.bounds != h.bounds
-            or any(c < b for c, b in zip(h.cumulative, before.cumulative, strict=True))
-            or h.sum < before.sum
-        ):
-            delta = h  # new series, a changed layout, or a restart: everything is new
+        if before is None or before.bounds != h.bounds:
+            delta = h  # new series or a changed layout: everything is new
         else:
             delta = Histogram(
                 h.bounds,
-                tuple(c - b for c, b in zip(h.cumulative, before.cumulative, strict=True)),
-                h.sum - before.sum,
+                tuple(max(c - b, 0.0) for c, b in zip(h.cumulative, before.cumulative,
+                                                       strict=True)),
+                max(h.sum - before.sum, 0.0),
             )
         if result is None:
             result = delta
@@ -261,10 +321,67 @@ def histogram_delta(prev: Mapping[prom.Labels, Histogram], cur: Mapping[prom.Lab
 
 @dataclass
 class Snapshot:
+    at: float = 0.0  # when it was taken (the agent's clock): the next window's start
+    start_time: float | None = None  # process_start_time_seconds, where exposed
     counters: dict[str, dict[prom.Labels, float]] = field(default_factory=dict)
-    histogram: dict[prom.Labels, Histogram] | None = None  # None: no histogram family exposed
-    family: str | None = None  # which histogram family, and its unit
+    # Histogram families by name (request latency and timings), each {labels: Histogram}.
+    histograms: dict[str, dict[prom.Labels, Histogram]] = field(default_factory=dict)
+    family: str | None = None  # which request-latency histogram family, and its unit
     unit: str | None = None
+
+    @property
+    def histogram(self) -> dict[prom.Labels, Histogram] | None:
+        return self.histograms.get(self.family) if self.family else None
+
+
+OK, RESTART, INCONSISTENT = "ok", "restart", "inconsistent"
+
+
+def compare(prev: Snapshot, cur: Snapshot) -> tuple[str, str]:
+    """How ``cur`` follows ``prev``: ok, restart or inconsistent, and why.
+
+    A restart: the process start time moved, or (where none is exposed) every counter that
+    had counted something -- histogram totals included -- went down. Otherwise nothing may go
+    down: one counter of several, or any bucket of a histogram, going down is a bad scrape."""
+    if prev.start_time is not None and cur.start_time is not None:
+        if cur.start_time != prev.start_time:
+            return RESTART, f"process start time moved to {cur.start_time:.0f}"
+        restart_possible = False  # the same process: nothing may go down
+    else:
+        restart_possible = True
+    fell: list[str] = []
+    held = 0  # counters that had counted something and did not go down
+    for name, series in cur.counters.items():
+        before = prev.counters.get(name, {})
+        for labels, value in series.items():
+            old = before.get(labels)
+            if old is None or math.isnan(old) or math.isnan(value) or old <= 0:
+                continue
+            if value < old:
+                fell.append(f"{name}{dict(labels)}")
+            else:
+                held += 1
+    bucket_fell = ""
+    for family, series in cur.histograms.items():
+        before_h = prev.histograms.get(family, {})
+        for labels, h in series.items():
+            old_h = before_h.get(labels)
+            if old_h is None or old_h.bounds != h.bounds or old_h.cumulative[-1] <= 0:
+                continue
+            if h.cumulative[-1] < old_h.cumulative[-1]:
+                fell.append(f"{family}{dict(labels)}")
+            else:
+                held += 1
+            if not bucket_fell and any(
+                    c < b for c, b in zip(h.cumulative, old_h.cumulative, strict=True)):
+                bucket_fell = f"buckets of {family}{dict(labels)} went down"
+    if restart_possible and fell and not held:
+        return RESTART, "every counter went down"
+    if fell:
+        return INCONSISTENT, f"{fell[0]} went down while other series did not"
+    if bucket_fell:
+        return INCONSISTENT, bucket_fell  # some buckets fell: no restart does that
+    return OK, ""
 
 
 def _count(value: float) -> int:
@@ -273,30 +390,44 @@ def _count(value: float) -> int:
 
 
 class TargetScraper:
-    """Keeps one target's previous scrape and turns the next one into a window."""
+    """Keeps one target's last good scrape and turns the next one into a window."""
 
     def __init__(self, target: Target, fetch: Fetch | None = None, timeout_s: float = 5.0) -> None:
         self.target = target
         self.fetch = fetch or http_fetch
         self.timeout_s = timeout_s
         self.previous: Snapshot | None = None
+        self.inconsistent = 0  # inconsistent scrapes in a row
         self._warned_missing = False
 
     def _keep(self, labels: prom.Labels) -> bool:
         return all(prom.label(labels, k) == v for k, v in self.target.labels)
 
-    def snapshot(self, expo: prom.Exposition) -> Snapshot:
+    def snapshot(self, expo: prom.Exposition, at: float = 0.0) -> Snapshot:
         r = self.target.recipe
-        names = {r.requests, r.success, r.failure, r.tokens, r.duration_sum, r.duration_count}
-        snap = Snapshot()
+        names = {r.requests, r.success, r.failure, r.tokens, r.prompt_tokens, r.duration_sum,
+                 r.duration_count, *(t.families[0] for t in r.timings if t.per),
+                 *(t.per for t in r.timings)}
+        snap = Snapshot(at=at)
         for name in names - {None}:
             assert name is not None
             snap.counters[name] = {k: v for k, v in expo.series(name).items() if self._keep(k)}
+        if r.energy_j and expo.has(r.energy_j):
+            snap.counters[r.energy_j] = dict(expo.series(r.energy_j))  # per GPU, not per model
+        start = expo.series(START_TIME).get(())
+        snap.start_time = start if start is not None and math.isfinite(start) else None
         for family, unit in r.histograms:
             if expo.has(family + "_bucket"):
-                snap.histogram = histograms(expo, family, self._keep)
+                snap.histograms[family] = histograms(expo, family, self._keep)
                 snap.family, snap.unit = family, unit
                 break
+        for t in r.timings:
+            if t.per:
+                continue
+            for family in t.families:
+                if expo.has(family + "_bucket"):
+                    snap.histograms[family] = histograms(expo, family, self._keep)
+                    break
         if not expo.has(r.requests) and not self._warned_missing:
             self._warned_missing = True
             log.warning("%s exposes no %s; is kind = %r right?", self.target.url, r.requests,
@@ -304,16 +435,38 @@ class TargetScraper:
         return snap
 
     def scrape(self, end: float) -> dict | None:
-        """Read the target once. Returns its window, or None (first scrape, or it failed)."""
+        """Read the target once. Returns its window, or None (first scrape, a failed or
+        inconsistent scrape)."""
         try:
-            snap = self.snapshot(prom.parse(self.fetch(self.target.url, self.timeout_s)))
+            snap = self.snapshot(prom.parse(self.fetch(self.target.url, self.timeout_s)), end)
         except (OSError, http.client.HTTPException, ValueError) as exc:  # ParseError included
             log.warning("scrape of %s failed (%s); the next one covers this span",
                         self.target.name, exc)
             return None
-        prev, self.previous = self.previous, snap
+        prev = self.previous
         if prev is None:
+            self.previous = snap
             return None
+        verdict, why = compare(prev, snap)
+        if verdict == INCONSISTENT:
+            self.inconsistent += 1
+            if self.inconsistent < MAX_INCONSISTENT:
+                log.warning("scrape of %s is inconsistent (%s); nothing sent, the last good "
+                            "scrape stays the base", self.target.name, why)
+                return None
+            log.warning("scrape of %s inconsistent %d times in a row (%s); taking it as the "
+                        "new base, nothing sent for %.0f s", self.target.name,
+                        self.inconsistent, why, end - prev.at)
+            self.previous, self.inconsistent = snap, 0
+            return None
+        self.previous, self.inconsistent = snap, 0
+        if verdict == RESTART:
+            log.info("%s restarted (%s); counting from zero", self.target.name, why)
+            start = prev.at
+            if snap.start_time is not None and prev.at < snap.start_time < end:
+                start = snap.start_time
+            base = Snapshot(at=start, family=snap.family, unit=snap.unit)
+            return self.window(base, snap, end)
         return self.window(prev, snap, end)
 
     def window(self, prev: Snapshot, cur: Snapshot, end: float) -> dict:
@@ -325,6 +478,8 @@ class TargetScraper:
             return counter_delta(prev.counters.get(name, {}), cur.counters.get(name, {}))
 
         win: dict[str, Any] = {"workload": self.target.workload, "end": end}
+        if prev.at and prev.at < end:
+            win["start"] = prev.at
         if r.reason_label:
             by_reason: dict[str, float] = {}
             before = prev.counters.get(r.requests, {})
@@ -345,27 +500,37 @@ class TargetScraper:
                     win[key] = _count(delta(name) or 0.0)
         if r.tokens is not None:
             win["tokens"] = _count(delta(r.tokens) or 0.0)
+        if r.prompt_tokens is not None and cur.counters.get(r.prompt_tokens):
+            win["prompt_tokens"] = _count(delta(r.prompt_tokens) or 0.0)
+        if r.energy_j and cur.counters.get(r.energy_j):
+            win["server_energy_j"] = delta(r.energy_j)
         latency = self.latency(prev, cur, delta)
         if latency is not None:
             win["latency"] = latency
+        timings = {}
+        for t in r.timings:
+            value = self.timing(t, prev, cur, delta)
+            if value is not None:
+                timings[t.name] = value
+        if timings:
+            win["timings"] = timings
         return win
+
+    @staticmethod
+    def _histogram_doc(prev: Snapshot, cur: Snapshot, family: str, unit: str) -> dict | None:
+        h = histogram_delta(prev.histograms.get(family, {}), cur.histograms[family])
+        if h is None or h.cumulative[-1] <= 0:
+            return None
+        return {"unit": unit, "le": list(h.bounds), "counts": [_count(c) for c in h.cumulative],
+                "cumulative": True, "sum": h.sum}
 
     def latency(self, prev: Snapshot, cur: Snapshot, delta: Callable[[str | None], float | None]
                 ) -> dict | None:
         r = self.target.recipe
-        if cur.histogram is not None:
+        if cur.family is not None:
             if prev.family not in (None, cur.family):
                 return None  # the server switched histogram families: no common baseline
-            h = histogram_delta(prev.histogram or {}, cur.histogram)
-            if h is None or h.cumulative[-1] <= 0:
-                return None
-            return {
-                "unit": cur.unit,
-                "le": list(h.bounds),
-                "counts": [_count(c) for c in h.cumulative],
-                "cumulative": True,
-                "sum": h.sum,
-            }
+            return self._histogram_doc(prev, cur, cur.family, cur.unit or "s")
         if r.duration_sum and r.duration_count and cur.counters.get(r.duration_sum):
             # Triton's default: a cumulative duration counter. Only a mean can come of it, so
             # no buckets are sent and none are made up.
@@ -375,18 +540,39 @@ class TargetScraper:
             return {"unit": r.unit, "sum": delta(r.duration_sum), "count": n}
         return None
 
+    def timing(self, t: Timing, prev: Snapshot, cur: Snapshot,
+               delta: Callable[[str | None], float | None]) -> dict | None:
+        if t.per is None:
+            family = next((f for f in t.families if f in cur.histograms), None)
+            return self._histogram_doc(prev, cur, family, t.unit) if family else None
+        if not cur.counters.get(t.families[0]):
+            return None
+        n = _count(delta(t.per) or 0.0)
+        if n <= 0:
+            return None
+        return {"unit": t.unit, "sum": delta(t.families[0]), "count": n}
+
 
 def http_fetch(url: str, timeout_s: float) -> str:
+    """GET a /metrics page whole. A body shorter than its Content-Length (the connection
+    dropped mid-page) or not ending in a line feed is refused: a page cut inside a value
+    still parses, as a smaller number."""
     req = urllib.request.Request(
         url, headers={"Accept": "text/plain", "User-Agent": f"greenops-agent/{__version__}"}
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             body = resp.read(MAX_BODY_BYTES + 1)
+            expected = resp.headers.get("Content-Length")
     except urllib.error.URLError as exc:
         raise OSError(str(getattr(exc, "reason", exc))) from exc
     if len(body) > MAX_BODY_BYTES:
         raise OSError(f"metrics page larger than {MAX_BODY_BYTES} bytes")
+    if expected is not None and expected.strip().isdigit() and len(body) != int(expected):
+        raise ScrapeError(f"short response: {len(body)} of {int(expected)} bytes "
+                          "(Content-Length)")
+    if body and not body.endswith(b"\n"):
+        raise ScrapeError("response does not end with a line feed: cut short")
     return body.decode("utf-8", "replace")
 
 

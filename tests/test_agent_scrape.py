@@ -45,6 +45,8 @@ class MetricsServer:
     def __init__(self) -> None:
         self.body = ""
         self.status = 200
+        self.cut_at: int | None = None  # send only this many bytes of the body
+        self.content_length = True
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -55,9 +57,12 @@ class MetricsServer:
                 data = server.body.encode()
                 self.send_response(server.status)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
+                if server.content_length:
+                    self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                # A connection dropped mid-page: fewer bytes than the Content-Length promised.
+                self.wfile.write(data if server.cut_at is None else data[:server.cut_at])
+                self.close_connection = True
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -145,17 +150,28 @@ def test_triton_counters_deltas_reset_and_mean_latency(metrics):
     #   requests = nv_inference_count: (12000-9600) + (460-400) = 2460
     #   success: (1500-1200) + (460-400) = 360; failure: (5-3) + (1-0) = 3
     #   duration: (22800000-18000000) + (9200000-8000000) = 6000000 us over 360 requests
+    #   queue: (1500000-1200000) + (345000-300000) = 345000 us; compute input (1140000-900000)
+    #   + (460000-400000) = 300000; infer 2400000 + 600000; output 192000 + 48000
+    #   nv_energy_consumption (one GPU): 1868150.2 - 1843392.5 = 24757.7 J
     assert second == {
-        "workload": "wl", "end": 1_764_480_015.0, "requests": 2460, "success": 360,
-        "failure": 3, "latency": {"unit": "us", "sum": 6_000_000.0, "count": 360},
+        "workload": "wl", "start": 1_764_480_000.0, "end": 1_764_480_015.0, "requests": 2460,
+        "success": 360, "failure": 3, "latency": {"unit": "us", "sum": 6_000_000.0, "count": 360},
+        "timings": {
+            "queue": {"unit": "us", "sum": 345_000.0, "count": 360},
+            "compute_input": {"unit": "us", "sum": 300_000.0, "count": 360},
+            "compute_infer": {"unit": "us", "sum": 3_000_000.0, "count": 360},
+            "compute_output": {"unit": "us", "sum": 240_000.0, "count": 360},
+        },
+        "server_energy_j": pytest.approx(24_757.7),
     }
     assert "le" not in second["latency"]  # counters give a mean only: no invented buckets
     # Triton restarted: every counter is below the previous scrape, so the window counts
     # what it counted since the restart: 800 + 20 inferences, 100 + 20 successes, 0 failures.
-    assert third == {
-        "workload": "wl", "end": 1_764_480_030.0, "requests": 820, "success": 120,
-        "failure": 0, "latency": {"unit": "us", "sum": 1_900_000.0, "count": 120},
-    }
+    assert third["start"] == 1_764_480_015.0  # Triton exposes no process start time
+    assert (third["requests"], third["success"], third["failure"]) == (820, 120, 0)
+    assert third["latency"] == {"unit": "us", "sum": 1_900_000.0, "count": 120}
+    assert third["timings"]["queue"] == {"unit": "us", "sum": 105_000.0, "count": 120}
+    assert third["server_energy_j"] == pytest.approx(6190.4)
 
 
 def test_triton_label_filter_keeps_one_model(metrics):
@@ -164,20 +180,47 @@ def test_triton_label_filter_keeps_one_model(metrics):
     assert second["requests"] == 2400  # 12000 - 9600: batches of 8 count 8 inferences
     assert (second["success"], second["failure"]) == (300, 2)
     assert second["latency"] == {"unit": "us", "sum": 4_800_000.0, "count": 300}  # 16 ms mean
+    assert second["timings"]["queue"] == {"unit": "us", "sum": 300_000.0, "count": 300}
 
 
-def test_triton_histogram_is_passed_through_bucket_wise(metrics):
+def test_triton_first_response_is_time_to_first_response_not_request_latency(metrics):
     s = scraper_for(metrics, "triton")
     _, second = run(s, metrics, "triton_histogram_1.txt", "triton_histogram_2.txt")
     assert second["requests"] == 53  # 90 - 37
     # Failures carry a reason label in Triton 24.x: (1-0) BACKEND + (2-0) REJECTED.
     assert (second["success"], second["failure"]) == (53, 3)
+    # Request latency from the duration counter: 30171000 - 10771000 us over 53 requests.
+    assert second["latency"] == {"unit": "us", "sum": 19_400_000.0, "count": 53}
     # nv_inference_first_response_histogram_ms, cumulative deltas per bound:
     # le=100: 20-8, 500: 50-20, 2000: 85-35, 5000: 89-37, +Inf: 90-37; sum 30171-10771 ms.
-    assert second["latency"] == {
+    assert second["timings"]["first_response"] == {
         "unit": "ms", "le": [100.0, 500.0, 2000.0, 5000.0], "counts": [12, 30, 50, 52, 53],
         "cumulative": True, "sum": 19400.0,
     }
+
+
+def test_triton_streaming_model_latency_queue_compute_and_energy(metrics):
+    """Issue 8 item 2: a streaming model whose requests take 1,250 ms on average showed
+    132.75 ms, its time to first response."""
+    s = scraper_for(metrics, "triton", labels={"model": "llama_stream"})
+    _, w = run(s, metrics, "triton_stream_1.txt", "triton_stream_2.txt")
+    # success 480 - 400 = 80; request duration 600000000 - 500000000 = 100,000,000 us:
+    # 100,000,000 / 80 = 1,250,000 us = 1,250 ms per request.
+    assert w["latency"] == {"unit": "us", "sum": 100_000_000.0, "count": 80}
+    assert w["latency"]["sum"] / w["latency"]["count"] / 1000 == 1250.0
+    t = w["timings"]
+    # queue 24000000 - 20000000 = 4,000,000 us / 80 = 50 ms; compute input 800,000 / 80 =
+    # 10 ms; infer 566400000 - 472000000 = 94,400,000 / 80 = 1,180 ms; output 400,000 / 80 = 5
+    assert t["queue"] == {"unit": "us", "sum": 4_000_000.0, "count": 80}
+    assert t["compute_input"]["sum"] == 800_000.0
+    assert t["compute_infer"]["sum"] == 94_400_000.0
+    assert t["compute_output"]["sum"] == 400_000.0
+    # First response: 63720 - 53100 = 10,620 ms over 80 = 132.75 ms: shown as that, not as
+    # the request latency. Buckets 180-150, 440-390, 480-400, ...
+    assert t["first_response"]["counts"] == [30, 50, 80, 80, 80]
+    assert t["first_response"]["sum"] / t["first_response"]["counts"][-1] == 132.75
+    # nv_energy_consumption on two GPUs: (2448087.125 - 2412087.125) + (1632058.5 - 1608058.5)
+    assert w["server_energy_j"] == 60_000.0
 
 
 # --- vLLM ----------------------------------------------------------------------------------
@@ -190,7 +233,11 @@ def test_vllm_deltas_tokens_histogram_and_restart(metrics):
     assert first is None
     # finished_reason stop +60 (180-120), length +12 (42-30), abort +3 (5-2)
     assert (second["requests"], second["success"], second["failure"]) == (75, 72, 3)
-    assert second["tokens"] == 24000  # generation tokens 69000 - 45000 (prompt tokens not)
+    assert second["tokens"] == 24000  # generation tokens 69000 - 45000
+    assert second["prompt_tokens"] == 31500  # prompt tokens 91500 - 60000
+    # Time to first token: only the +Inf bucket moved in this page (152 -> 227).
+    ttft = second["timings"]["first_token"]
+    assert (ttft["unit"], ttft["counts"][-1], ttft["sum"]) == ("s", 75, pytest.approx(4.48))
     lat = second["latency"]
     assert (lat["unit"], lat["cumulative"], lat["le"]) == ("s", True, VLLM_LE)
     # Cumulative bucket deltas, e.g. le=1.0: 35-25 = 10, le=5.0: 205-140 = 65; 20 s and up: 75.
@@ -273,7 +320,8 @@ def test_windows_are_spooled_and_shipped_to_the_inference_endpoint(metrics, tmp_
     assert head.path == INFERENCE_PATH and head.samples == 2
     doc = wire.decode(head.payload)
     assert set(doc) == {"batch_id", "sent_at", "windows"}  # all the endpoint accepts
-    assert [(w["end"], w["requests"]) for w in doc["windows"]] == [(115.0, 75), (130.0, 6)]
+    assert [(w["start"], w["end"], w["requests"]) for w in doc["windows"]] == [
+        (100.0, 115.0, 75), (115.0, 130.0, 6)]
 
     server = FakeServer(script=[(202, {}, {"status": "stored"})]).start()
     try:
@@ -297,14 +345,23 @@ def test_server_accepts_scraped_histogram_windows(metrics, team):
     s = scraper_for(metrics, "vllm")
     _, window = run(s, metrics, "vllm_metrics_1.txt", "vllm_metrics_2.txt")
     window["end"] = time.time()
-    _, (row,) = inference.parse_windows({"batch_id": "3f0b1a1e-7a53-4c36-9d0e-5c1f1e0b8a11",
-                                         "windows": [window]}, team, now_s=window["end"])
+    window["start"] = window["end"] - 15
+    _, (row,), refused = inference.parse_windows(
+        {"batch_id": "3f0b1a1e-7a53-4c36-9d0e-5c1f1e0b8a11", "windows": [window]}, team,
+        now_s=window["end"])
+    assert refused == []
     assert (row.requests, row.success, row.failure, row.tokens) == (75, 72, 3, 24000)
     assert row.latency_sum_ms == pytest.approx(209_500.0)
     assert histogram.total(row.latency_buckets) == 75
-    # 75 latencies; the 75th (p99 rank = ceil(0.99 * 75)) lies in vLLM's (15, 20] s bucket,
-    # re-bucketed to the server bound that holds 20 s: 10^(87/20) ms = 22,387 ms.
-    assert histogram.quantile_ms(row.latency_buckets, 0.99) == pytest.approx(22387.211386)
+    # Prometheus' histogram_quantile over vLLM's own buckets (cumulative deltas 0, 1, 4, 10,
+    # 25, 40, 50, 65, 72, 74, 75 at 0.3 ... 20 s):
+    # p99: rank 0.99 x 75 = 74.25 -> (15, 20] s (74 -> 75): 15 + 5 x 0.25/1 = 16.25 s.
+    assert histogram.quantile_ms(row.latency_buckets, 0.99) == pytest.approx(16_250.0)
+    # p50: rank 37.5 -> (1.5, 2.0] s (25 -> 40): 1.5 + 0.5 x 12.5/15 = 1.91667 s.
+    assert histogram.quantile_ms(row.latency_buckets, 0.50) == pytest.approx(1916.6666667)
+    # Time to first token travels as its own histogram, 75 observations.
+    assert histogram.total(row.timings["first_token"]["hist"]) == 75
+    assert row.prompt_tokens == 31500
 
 
 @pytest.mark.django_db
@@ -316,10 +373,13 @@ def test_server_accepts_triton_mean_latency_windows(metrics, team):
     s = scraper_for(metrics, "triton")
     _, window = run(s, metrics, "triton_counters_1.txt", "triton_counters_2.txt")
     window["end"] = time.time()
-    _, (row,) = inference.parse_windows({"batch_id": "0d4c3b7e-2f7a-4a8e-9b61-0c2e5d7f9a10",
-                                         "windows": [window]}, team, now_s=window["end"])
+    window["start"] = window["end"] - 15
+    _, (row,), _ = inference.parse_windows({"batch_id": "0d4c3b7e-2f7a-4a8e-9b61-0c2e5d7f9a10",
+                                            "windows": [window]}, team, now_s=window["end"])
     assert row.latency_sum_ms == pytest.approx(6000.0)  # 6,000,000 us
     assert row.latency_n == window["latency"]["count"] and row.latency_buckets == {}
+    assert row.timings["queue"] == {"sum_ms": 345.0, "n": 360, "hist": {}}  # 345,000 us
+    assert row.server_energy_j == pytest.approx(24_757.7)
 
 
 def test_a_real_agent_process_scrapes_and_ships_windows(tmp_path):
@@ -411,3 +471,114 @@ def test_a_histogram_with_a_bad_bound_is_a_failed_scrape_not_a_crash(metrics):
     assert s.scrape(2.0) is None  # dropped whole; the baseline stays scrape 1
     metrics.serve("vllm_metrics_2.txt")
     assert s.scrape(3.0)["requests"] == 75
+
+
+# --- bad scrapes are not restarts (issue 8 item 5) -------------------------------------------
+
+START = ("# HELP process_start_time_seconds Start time of the process since unix epoch in "
+         "seconds.\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {}\n")
+
+
+def test_a_response_shorter_than_its_content_length_is_a_failed_scrape(metrics):
+    s = scraper_for(metrics, "vllm")
+    metrics.serve("vllm_metrics_1.txt")
+    assert s.scrape(1.0) is None
+    # The page of scrape 2, cut inside the value "180.0" of finished_reason="stop": what is
+    # left parses (stop = 18), and was taken for a restart before.
+    metrics.serve("vllm_metrics_2.txt")
+    stop = metrics.body.index('finished_reason="stop"')
+    metrics.cut_at = len(metrics.body[:metrics.body.index(" 180.0", stop) + 3].encode())
+    assert s.scrape(2.0) is None
+    metrics.cut_at = None
+    w = s.scrape(3.0)
+    # The base is still scrape 1: (180-120) + (42-30) + (5-2) = 75, from 1.0 to 3.0.
+    assert (w["start"], w["end"], w["requests"]) == (1.0, 3.0, 75)
+
+
+def test_a_page_without_its_final_line_feed_is_cut_short(metrics):
+    metrics.content_length = False  # no Content-Length: the body ends where the server stopped
+    s = scraper_for(metrics, "vllm")
+    metrics.serve("vllm_metrics_1.txt")
+    assert s.scrape(1.0) is None
+    metrics.serve("vllm_metrics_2.txt")
+    metrics.body = metrics.body[: metrics.body.index(" 180.0") + 3]
+    with pytest.raises(ValueError, match="line feed"):
+        http_fetch(metrics.url, 5.0)
+    assert s.scrape(2.0) is None
+    metrics.serve("vllm_metrics_2.txt")
+    assert s.scrape(3.0)["requests"] == 75
+
+
+def test_restart_is_recognised_from_the_process_start_time(metrics):
+    s = scraper_for(metrics, "vllm")
+    metrics.body = (DATA / "vllm_metrics_1.txt").read_text() + START.format("1.7644752e+09")
+    assert s.scrape(1_764_480_000.0) is None
+    # A new process that has already counted more than the old one: no counter fell, but the
+    # start time moved, so everything it shows is new: 180 + 42 + 5 = 227 requests.
+    metrics.body = (DATA / "vllm_metrics_2.txt").read_text() + START.format("1.76448001e+09")
+    w = s.scrape(1_764_480_015.0)
+    assert (w["requests"], w["success"], w["failure"]) == (227, 222, 5)
+    assert w["start"] == 1_764_480_010.0  # the window starts when the new process did
+    assert w["tokens"] == 69000
+
+
+def test_counters_falling_in_the_same_process_are_a_bad_scrape(metrics):
+    s = scraper_for(metrics, "vllm")
+    metrics.body = (DATA / "vllm_metrics_2.txt").read_text() + START.format("1.7644752e+09")
+    assert s.scrape(1.0) is None
+    # Lower counters but the same start time: not a restart; nothing is sent.
+    metrics.body = (DATA / "vllm_metrics_1.txt").read_text() + START.format("1.7644752e+09")
+    assert s.scrape(2.0) is None
+    assert s.previous.at == 1.0  # the base stays the last good scrape
+
+
+def test_one_counter_falling_among_others_is_a_bad_scrape_not_a_restart(metrics):
+    s = scraper_for(metrics, "triton")
+    metrics.serve("triton_counters_1.txt")
+    assert s.scrape(1.0) is None
+    # bert_base's success counter reads 40 (was 400) while everything else went up.
+    metrics.serve("triton_counters_2.txt")
+    metrics.body = metrics.body.replace(
+        'nv_inference_request_success{model="bert_base",version="1"} 460',
+        'nv_inference_request_success{model="bert_base",version="1"} 40')
+    assert s.scrape(2.0) is None
+    metrics.serve("triton_counters_2.txt")
+    w = s.scrape(3.0)
+    assert (w["start"], w["requests"], w["success"]) == (1.0, 2460, 360)
+
+
+def test_a_histogram_with_some_buckets_falling_is_a_bad_scrape(metrics):
+    s = scraper_for(metrics, "vllm")
+    metrics.serve("vllm_metrics_1.txt")
+    assert s.scrape(1.0) is None
+    # The e2e le="1.0" bucket reads 20 (scrape 1 had 25) while the others and every counter
+    # rose: not a restart, a bad scrape.
+    metrics.serve("vllm_metrics_2.txt")
+    line = next(x for x in metrics.body.splitlines()
+                if x.startswith("vllm:e2e_request_latency_seconds_bucket") and 'le="1.0"' in x)
+    before = next(x for x in (DATA / "vllm_metrics_1.txt").read_text().splitlines()
+                  if x.startswith("vllm:e2e_request_latency_seconds_bucket") and 'le="1.0"' in x)
+    assert before.endswith(" 25.0")
+    cut = metrics.body.replace(line, line.rsplit(" ", 1)[0] + " 20.0")
+    # Keep it cumulative within the page (le="0.8" must not exceed le="1.0").
+    cut = cut.replace(
+        next(x for x in cut.splitlines()
+             if x.startswith("vllm:e2e_request_latency_seconds_bucket") and 'le="0.8"' in x),
+        next(x for x in cut.splitlines()
+             if x.startswith("vllm:e2e_request_latency_seconds_bucket")
+             and 'le="0.8"' in x).rsplit(" ", 1)[0] + " 20.0")
+    metrics.body = cut
+    assert s.scrape(2.0) is None
+    metrics.serve("vllm_metrics_2.txt")
+    assert s.scrape(3.0)["requests"] == 75
+
+
+def test_a_target_inconsistent_three_times_in_a_row_is_rebased(metrics):
+    s = scraper_for(metrics, "vllm")
+    metrics.body = (DATA / "vllm_metrics_2.txt").read_text() + START.format("1.7644752e+09")
+    assert s.scrape(1.0) is None
+    metrics.body = (DATA / "vllm_metrics_1.txt").read_text() + START.format("1.7644752e+09")
+    assert [s.scrape(t) for t in (2.0, 3.0, 4.0)] == [None, None, None]
+    assert s.previous.at == 4.0  # the third inconsistent scrape became the base
+    metrics.body = (DATA / "vllm_metrics_2.txt").read_text() + START.format("1.7644752e+09")
+    assert s.scrape(5.0)["requests"] == 75  # counted from the new base

@@ -25,7 +25,10 @@ def test_bucket_counts_match_the_server_layout():
     values = [0.05, 1.0, 12.5, 12.5, 999.0, 5e6]
     counts = bucket_counts(values)
     assert len(counts) == len(histogram.BOUNDS_MS) + 1
-    assert {i: c for i, c in enumerate(counts) if c} == histogram.from_values(values)
+    assert histogram.from_buckets(histogram.BOUNDS_MS, counts, cumulative=False) == \
+        histogram.from_values(values)
+    # 1.0 ms is a bound (index 20): counted in its own bucket, le semantics.
+    assert counts[20] == 1 and counts[-1] == 1  # 5e6 ms is above 1,000 s: +Inf
 
 
 def test_record_inferences_round_trip(live_server, setup):
@@ -36,8 +39,12 @@ def test_record_inferences_round_trip(live_server, setup):
     w = InferenceWindow.objects.get()
     assert (w.requests, w.tokens) == (100, 3000)
     assert w.latency_sum_ms == pytest.approx(sum(latencies))
-    assert histogram.quantile_ms(w.latency_buckets, 0.99) == histogram.BOUNDS_MS[
-        histogram.bucket_of(250.0)]
+    # p99: rank 99 of 100 lies among the five 250 ms values, in the client's bucket
+    # (10^(67/20), 10^(68/20)] = (223.872, 251.189] ms holding all 5 (95 below it):
+    # 223.872 + (251.189 - 223.872) x (99 - 95)/5, as histogram_quantile interpolates.
+    lo, hi = histogram.BOUNDS_MS[67], histogram.BOUNDS_MS[68]
+    assert (lo, hi) == (223.872114, 251.188643)
+    assert histogram.quantile_ms(w.latency_buckets, 0.99) == pytest.approx(lo + (hi - lo) * 0.8)
 
 
 def test_errors_name_the_field(live_server, setup):

@@ -43,7 +43,7 @@ def post(client, token, doc, gzip_body=False, raw=None):
     return client.post("/api/v1/inference", body, content_type="application/json", **headers)
 
 
-def test_window_is_stored_with_latencies_rebucketed(client, token, workload):
+def test_window_is_stored_with_latencies_in_their_own_bounds(client, token, workload):
     r = post(client, token, payload(), gzip_body=True)
     assert r.status_code == 202, r.content
     assert r.json()["status"] == "stored" and r.json()["windows"] == 1
@@ -51,10 +51,10 @@ def test_window_is_stored_with_latencies_rebucketed(client, token, workload):
     assert (w.workload, w.requests, w.success, w.failure, w.tokens) == (workload, 120, 118, 2,
                                                                        5000)
     assert w.latency_sum_ms == pytest.approx(30_500)
-    # cumulative [10, 70, 110, 120] -> plain [10, 60, 40, 10] at 10 ms, 100 ms, 1 s, +Inf
-    assert histogram.merge([w.latency_buckets]) == {
-        histogram.bucket_of(10.0): 10, histogram.bucket_of(100.0): 60,
-        histogram.bucket_of(1000.0): 40, histogram.OVERFLOW: 10}
+    # The sender's own bounds, converted to ms, cumulative: 10 <= 10 ms, 70 <= 100 ms, ...
+    assert w.latency_buckets == {"le_ms": [10.0, 100.0, 1000.0], "cumulative": [10, 70, 110, 120]}
+    # p50: rank 60 -> (10, 100] ms: 10 + 90 x (60-10)/(70-10) = 85 ms (histogram_quantile).
+    assert histogram.quantile_ms(w.latency_buckets, 0.5) == pytest.approx(85.0)
 
 
 def _totals(workload):
@@ -201,6 +201,15 @@ BAD = [
     (_set("latency.counts", [10, 70, 60, 120]), 422, "windows[0].latency.counts[2]"),
     (_set("latency.cumulative", "yes"), 422, "windows[0].latency.cumulative"),
     (_set("latency.sum", -1.0), 422, "windows[0].latency.sum"),
+    (_set("latency.sum", "Infinity"), 422, "windows[0].latency.sum"),
+    (_set("start", NOW + 3000), 422, "windows[0].start"),  # not before end
+    (_set("start", "Infinity"), 422, "windows[0].start"),
+    (_set("prompt_tokens", -1), 422, "windows[0].prompt_tokens"),
+    (_set("server_energy_j", "Infinity"), 422, "windows[0].server_energy_j"),
+    (_set("server_energy_j", -5.0), 422, "windows[0].server_energy_j"),
+    (_set("timings", [1]), 422, "windows[0].timings"),
+    (_set("timings", {"p99": {"sum": 1, "count": 1}}), 422, "windows[0].timings.p99"),
+    (_set("timings", {"queue": {"unit": "us", "sum": 5}}), 422, "windows[0].timings.queue.count"),
 ]
 
 
@@ -215,20 +224,88 @@ def test_bad_input_names_the_field_and_stores_nothing(client, token, workload, m
     assert not InferenceBatch.objects.exists() and not InferenceWindow.objects.exists()
 
 
-def test_one_bad_window_among_good_ones_rejects_all(client, token, workload):
+def test_one_bad_window_loses_only_itself(client, token, workload):
+    """Issue 8 item 6: the valid windows are stored, the refused one is named."""
     doc = payload()
-    doc["windows"].append({**doc["windows"][0], "end": doc["windows"][0]["end"] + 1,
-                           "requests": -3})
+    first = doc["windows"][0]
+    doc["windows"].append({**first, "end": first["end"] + 1,
+                           "latency": {**first["latency"], "counts": [10, 70, 60, 120]}})
+    doc["windows"].append({**first, "end": first["end"] + 2, "requests": 7})
     r = post(client, token, doc)
-    assert r.status_code == 422 and r.json()["field"] == "windows[1].requests"
-    assert not InferenceWindow.objects.exists()
+    assert r.status_code == 202, r.content
+    body = r.json()
+    assert (body["status"], body["windows"]) == ("stored", 2)
+    assert body["refused"] == [{
+        "index": 1, "field": "windows[1].latency.counts[2]",
+        "message": "cumulative counts must not decrease from one bound to the next"}]
+    assert sorted(InferenceWindow.objects.values_list("requests", flat=True)) == [7, 120]
+    # A resend stores nothing twice and names the same refused window.
+    again = post(client, token, doc).json()
+    assert again["status"] == "duplicate" and again["refused"] == body["refused"]
+    assert InferenceWindow.objects.count() == 2
 
 
-def test_two_windows_with_the_same_end_are_rejected(client, token, workload):
+def test_a_batch_whose_every_window_is_refused_is_422(client, token, workload):
+    doc = payload(requests=-3)
+    doc["windows"].append({**doc["windows"][0], "end": doc["windows"][0]["end"] + 1})
+    r = post(client, token, doc)
+    assert r.status_code == 422 and r.json()["field"] == "windows[0].requests"
+    assert not InferenceBatch.objects.exists() and not InferenceWindow.objects.exists()
+
+
+def test_two_windows_with_the_same_end_refuse_the_second(client, token, workload):
     doc = payload()
     doc["windows"].append(dict(doc["windows"][0]))
     r = post(client, token, doc)
-    assert r.status_code == 422 and r.json()["field"] == "windows[1].end"
+    assert r.status_code == 202
+    assert [x["field"] for x in r.json()["refused"]] == ["windows[1].end"]
+    assert InferenceWindow.objects.count() == 1
+
+
+def test_start_timings_prompt_tokens_and_server_energy_are_stored(client, token, workload):
+    end = time.time() - 10
+    doc = payload(start=end - 15, end=end, prompt_tokens=31500, server_energy_j=60000.0,
+                  timings={
+                      "first_response": {"unit": "ms", "le": [100, 500, 2000, 5000],
+                                         "counts": [30, 50, 80, 80, 80], "cumulative": True,
+                                         "sum": 10620},
+                      "queue": {"unit": "us", "sum": 4_000_000, "count": 80},
+                  })
+    assert post(client, token, doc).status_code == 202
+    w = InferenceWindow.objects.get()
+    assert (w.end - w.start).total_seconds() == pytest.approx(15.0, abs=1e-3)
+    assert (w.prompt_tokens, w.server_energy_j) == (31500, 60000.0)
+    assert w.timings["queue"] == {"sum_ms": 4000.0, "n": 80, "hist": {}}  # 50 ms mean
+    fr = w.timings["first_response"]
+    assert (fr["sum_ms"], fr["n"]) == (10620.0, 80)  # 132.75 ms mean
+    # p50: rank 40 -> (100, 500] ms: 100 + 400 x (40-30)/(50-30) = 300 ms.
+    assert histogram.quantile_ms(fr["hist"], 0.5) == pytest.approx(300.0)
+
+
+NON_FINITE = [
+    (b'"end": Infinity', "windows[0].end"),
+    (b'"end": 1e309', "windows[0].end"),
+    (b'"end": NaN', "windows[0].end"),
+    (b'"requests": 120, "server_energy_j": -1e309', "windows[0].server_energy_j"),
+]
+
+
+@pytest.mark.parametrize("literal,field", NON_FINITE)
+def test_non_finite_numbers_are_refused_with_their_field(client, token, workload, literal,
+                                                         field):
+    doc = payload()
+    raw = orjson.dumps(doc)
+    raw = raw.replace(b'"end":' + orjson.dumps(doc["windows"][0]["end"]), b"@@", 1)
+    raw = raw.replace(b'"requests":120', b"@@@", 1)
+    if literal.startswith(b'"end"'):
+        raw = raw.replace(b"@@@", b'"requests":120').replace(b"@@", literal)
+    else:
+        raw = raw.replace(b"@@@", literal).replace(
+            b"@@", b'"end":' + orjson.dumps(doc["windows"][0]["end"]))
+    r = post(client, token, None, raw=raw)
+    assert r.status_code == 422, r.content
+    assert r.json()["field"] == field
+    assert not InferenceWindow.objects.exists()
 
 
 @pytest.mark.parametrize("raw,status", [(b"{not json", 400), (b"\x1f\x8b broken", 400)])

@@ -24,6 +24,7 @@ from django.http import Http404, HttpRequest
 from ninja import Field, NinjaAPI, Schema
 from ninja.errors import ValidationError
 from ninja.responses import Status
+from pydantic import ConfigDict
 
 from greenops.carbon import runs
 from greenops.carbon.models import Experiment
@@ -81,7 +82,14 @@ def on_not_found(request: HttpRequest, exc: Http404):
 NonNeg = Field(ge=0)
 
 
-class RunIn(Schema):
+class FiniteSchema(Schema):
+    """Refuses NaN and infinities in every float field (JSON Infinity, "Infinity", 1e309):
+    pydantic accepts them by default, and one inf made a run's total "inf" on the page."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class RunIn(FiniteSchema):
     timestamp: dt.datetime
     experiment_id: uuid.UUID
     os: str | None = Field(None, max_length=255)
@@ -105,7 +113,7 @@ class RunOut(Schema):
     timestamp: dt.datetime
 
 
-class EmissionIn(Schema):
+class EmissionIn(FiniteSchema):
     timestamp: dt.datetime
     run_id: uuid.UUID
     duration: float = NonNeg

@@ -1,106 +1,201 @@
-"""Latency histograms on one fixed, log-spaced bucket layout, so any two merge exactly.
+"""Latency histograms in their source's own buckets; percentiles as Prometheus computes them.
 
-Layout: upper bounds 10^(k/20) ms for k = -20..120, i.e. 0.1 ms to 1,000 s, 20 buckets per
-decade (each bound is 12.2 % above the previous one), plus an overflow bucket above 1,000 s.
-collectors/client.py builds the same bounds with the same formula.
+A user compares a p99 here with Grafana's over the same Prometheus data, so a percentile is
+Prometheus' ``histogram_quantile`` (promql/quantile.go, ``bucketQuantile``) over the same
+buckets, not an approximation of it:
 
-A histogram is a sparse dict {bucket index: count}. Merging adds counts bucket by bucket;
-percentiles are read from the merged counts, never averaged, because an average of p99s is not
-the p99 of anything.
+- rank = q x observations; the answer lies in the first bucket whose cumulative count reaches
+  the rank, linearly interpolated between that bucket's lower and upper bound;
+- the lowest bucket's lower bound is 0 (latencies are positive);
+- a rank that falls in the +Inf bucket gives the highest finite bound (nothing above it is
+  known);
+- bucket counts within a relative 1e-12 of their neighbour are taken as equal (float noise), and
+  a cumulative count lower than the one before it is raised to it (the monotonicity fix).
 
-Histograms in another layout (a vLLM or Triton histogram scraped from Prometheus) are re-bucketed
-on arrival: the count of a source bucket (lo, hi] goes to the layout bucket that contains hi.
-A percentile is then never under-stated, and is accurate to the coarser of the two layouts.
+To make that possible histograms keep their source's bounds (in ms) instead of being re-bucketed
+onto a fixed layout (which put a 99 ms p99 at the layout's 100 ms bound). The stored form is
+JSON-safe::
+
+    {"le_ms": [finite upper bounds in ms, ascending],
+     "cumulative": [count <= each bound, ..., total]}
+
+``cumulative`` has one more element than ``le_ms``: the last is the +Inf bucket (everything).
+
+Merging: histograms with the same bounds (the same server, window after window) add bucket by
+bucket, exactly. Histograms with different bounds (two servers, two layouts) merge onto the union
+of their bounds; a histogram without a given bound contributes its count at that bound read off
+the same straight line histogram_quantile draws through its bucket. Because histogram_quantile
+itself interpolates linearly, adding a bound on that line changes none of that histogram's
+percentiles; the merged percentile is the exact percentile of the sum of the sources'
+interpolated distributions, and never lies above the upper bound of a source bucket that holds
+it. What a source counted above its highest finite bound stays in the +Inf bucket (it is not
+known how far above).
+
+Rows written before this module kept histograms as ``{layout bucket index: count}`` on a fixed
+log layout (0.1 ms .. 1,000 s, 20 buckets per decade; collectors/client.py still sends that
+layout as plain bounds); they are read as histograms with those bounds.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
+# The fixed layout of collectors/client.py and of rows stored before source bounds were kept.
 BUCKETS_PER_DECADE = 20
-FIRST_EXPONENT = -20  # 10^(-20/20) = 0.1 ms
-LAST_EXPONENT = 120  # 10^(120/20) = 1,000,000 ms
 BOUNDS_MS: tuple[float, ...] = tuple(
-    round(10 ** (k / BUCKETS_PER_DECADE), 6) for k in range(FIRST_EXPONENT, LAST_EXPONENT + 1)
+    round(10 ** (k / BUCKETS_PER_DECADE), 6) for k in range(-20, 121)
 )
-OVERFLOW = len(BOUNDS_MS)  # index of the bucket above the last bound
-RESOLUTION = 10 ** (1 / BUCKETS_PER_DECADE)  # ratio between neighbouring bounds (~1.122)
-# Bounds that went through JSON or another formula may differ in the last bits.
-_TOLERANCE = 1e-9
-
-Histogram = dict[int, int]
-
-
-def bucket_of(latency_ms: float) -> int:
-    """Index of the bucket a latency falls in (bucket i holds (BOUNDS_MS[i-1], BOUNDS_MS[i]])."""
-    return bisect.bisect_left(BOUNDS_MS, latency_ms * (1 - _TOLERANCE))
+OVERFLOW = len(BOUNDS_MS)
+# Bounds that went through a unit conversion (0.3 s -> 300.00000000000006 ms) are one bound.
+_SAME_BOUND = 1e-9
+# promql/quantile.go: correctPrecisionErrors(buckets, 1e-12)
+_PRECISION = 1e-12
 
 
-def from_values(latencies_ms: Iterable[float]) -> Histogram:
-    h: Histogram = {}
-    for v in latencies_ms:
-        i = bucket_of(v)
-        h[i] = h.get(i, 0) + 1
-    return h
+@dataclass(frozen=True)
+class Histogram:
+    """Finite upper bounds in ms (ascending) and cumulative counts, the last being +Inf."""
+
+    le_ms: tuple[float, ...]
+    cumulative: tuple[float, ...]
+
+    @property
+    def total(self) -> float:
+        return self.cumulative[-1] if self.cumulative else 0.0
+
+    def at(self, bound_ms: float) -> float:
+        """Cumulative count at ``bound_ms``: exact on a bound, on the interpolation line between
+        bounds (from 0 below the lowest), and the highest finite bound's count above it."""
+        le, cum = self.le_ms, self.cumulative
+        if not le:
+            return 0.0
+        i = bisect.bisect_left(le, bound_ms * (1 - _SAME_BOUND))
+        if i < len(le) and _same(le[i], bound_ms):
+            return cum[i]
+        if i == len(le):
+            return cum[len(le) - 1]  # above the last finite bound: not known where
+        lo, c_lo = (le[i - 1], cum[i - 1]) if i else (0.0, 0.0)
+        return c_lo + (cum[i] - c_lo) * (bound_ms - lo) / (le[i] - lo)
 
 
-def rebucket(upper_bounds_ms: list[float], counts: list[int]) -> Histogram:
-    """Map a plain (non-cumulative) histogram with its own bounds onto the layout.
-
-    `counts` has one more element than `upper_bounds_ms`: the last is the overflow bucket
-    (above the last bound; Prometheus' le="+Inf").
-    """
-    h: Histogram = {}
-    for i, count in enumerate(counts):
-        if not count:
-            continue
-        target = OVERFLOW if i == len(upper_bounds_ms) else bucket_of(upper_bounds_ms[i])
-        h[target] = h.get(target, 0) + count
-    return h
+EMPTY = Histogram((), ())
 
 
-def decumulate(counts: list[int]) -> list[int]:
-    """Prometheus `_bucket` series are cumulative (each counts everything <= its bound)."""
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= _SAME_BOUND * max(abs(a), abs(b))
+
+
+def decumulate(counts: Sequence[float]) -> list[float]:
+    """Prometheus ``_bucket`` series are cumulative (each counts everything <= its bound)."""
     return [c - (counts[i - 1] if i else 0) for i, c in enumerate(counts)]
 
 
-def merge(histograms: Iterable[Mapping]) -> Histogram:
-    """Bucket-wise sum. Accepts the JSON form too (string keys)."""
-    out: Histogram = {}
-    for h in histograms:
-        for k, v in h.items():
-            i = int(k)
-            out[i] = out.get(i, 0) + int(v)
-    return {k: v for k, v in out.items() if v}
+def from_buckets(le_ms: Sequence[float], counts: Sequence[float], *, cumulative: bool
+                 ) -> Histogram:
+    """A histogram from bounds in ms and one count per bound plus the +Inf bucket."""
+    if len(counts) != len(le_ms) + 1:
+        raise ValueError("counts must have one element per bound plus the +Inf bucket")
+    if cumulative:
+        cum = [float(c) for c in counts]
+    else:
+        cum, running = [], 0.0
+        for c in counts:
+            running += c
+            cum.append(running)
+    return Histogram(tuple(float(b) for b in le_ms), tuple(cum))
 
 
-def total(h: Mapping) -> int:
-    return sum(int(v) for v in h.values())
+def from_values(latencies_ms: Iterable[float], le_ms: Sequence[float] = BOUNDS_MS) -> Histogram:
+    """Observations counted into ``le_ms`` (upper-inclusive, as Prometheus' ``le``)."""
+    counts = [0] * (len(le_ms) + 1)
+    for v in latencies_ms:
+        counts[bisect.bisect_left(le_ms, v * (1 - _SAME_BOUND))] += 1
+    return from_buckets(le_ms, counts, cumulative=False)
 
 
-def quantile_ms(h: Mapping, q: float) -> float | None:
-    """The q-quantile (0 < q <= 1) as the upper bound of the bucket holding its rank.
+def parse(doc: Mapping | Histogram | None) -> Histogram:
+    """The stored JSON form (or a legacy ``{index: count}`` row) as a Histogram."""
+    if isinstance(doc, Histogram):
+        return doc
+    if not doc:
+        return EMPTY
+    if "le_ms" in doc:
+        return Histogram(tuple(float(b) for b in doc["le_ms"]),
+                         tuple(float(c) for c in doc["cumulative"]))
+    counts = [0.0] * (OVERFLOW + 1)
+    for k, v in doc.items():
+        counts[int(k)] += float(v)
+    return from_buckets(BOUNDS_MS, counts, cumulative=False)
 
-    Rank is the nearest-rank definition (ceil(q * n)), so the result is at least the true
-    quantile of the observations and less than RESOLUTION times it. None when the histogram is
-    empty or the quantile lies in the overflow bucket (above 1,000 s).
-    """
-    if not 0 < q <= 1:
-        raise ValueError("q must be in (0, 1]")
-    merged = merge([h])
-    n = total(merged)
-    if n == 0:
+
+def _number(x: float) -> float | int:
+    # Whole counts stay ints in JSON; merged different layouts may hold fractions.
+    return int(x) if float(x).is_integer() and abs(x) < 2**53 else x
+
+
+def to_json(h: Mapping | Histogram | None) -> dict:
+    h = parse(h)
+    if not h.total:
+        return {}
+    return {"le_ms": list(h.le_ms), "cumulative": [_number(c) for c in h.cumulative]}
+
+
+def merge(histograms: Iterable[Mapping | Histogram | None]) -> dict:
+    """Sum of histograms (JSON form in, JSON form out); see the module doc for layouts."""
+    parts = [h for h in (parse(x) for x in histograms) if h.total]
+    if not parts:
+        return {}
+    first = parts[0].le_ms
+    if all(len(p.le_ms) == len(first) and all(map(_same, p.le_ms, first)) for p in parts):
+        cum = [sum(col) for col in zip(*(p.cumulative for p in parts), strict=True)]
+        return to_json(Histogram(first, tuple(cum)))
+    union: list[float] = []
+    for b in sorted(b for p in parts for b in p.le_ms):
+        if not union or not _same(union[-1], b):
+            union.append(b)
+    cum = [sum(p.at(b) for p in parts) for b in union]
+    cum.append(sum(p.total for p in parts))
+    return to_json(Histogram(tuple(union), tuple(cum)))
+
+
+def total(h: Mapping | Histogram | None) -> float:
+    return parse(h).total
+
+
+def quantile_ms(h: Mapping | Histogram | None, q: float) -> float | None:
+    """Prometheus' histogram_quantile(q) in ms; None where it gives NaN (no observations)."""
+    if not 0 <= q <= 1:
+        raise ValueError("q must be in [0, 1]")
+    h = parse(h)
+    bounds = [*h.le_ms, math.inf]
+    counts = list(h.cumulative)
+    if len(bounds) < 2 or not counts or counts[-1] <= 0:
         return None
-    rank = math.ceil(q * n)
-    seen = 0
-    for i in sorted(merged):
-        seen += merged[i]
-        if seen >= rank:
-            return BOUNDS_MS[i] if i < OVERFLOW else None
-    return None  # unreachable: seen reaches n
-
-
-def to_json(h: Mapping) -> dict[str, int]:
-    return {str(k): int(v) for k, v in sorted(merge([h]).items())}
+    # correctPrecisionErrors, then ensureMonotonic, in that order as in quantile.go.
+    prev = counts[0]
+    for i in range(1, len(counts)):
+        delta = abs(counts[i] - prev)
+        if delta == 0:
+            continue
+        if delta / counts[i] <= _PRECISION:
+            counts[i] = prev
+        else:
+            prev = counts[i]
+    highest = counts[0]
+    for i in range(1, len(counts)):
+        highest = counts[i] = max(highest, counts[i])
+    rank = q * counts[-1]
+    b = bisect.bisect_left(counts, rank, 0, len(counts) - 1)  # sort.Search over len-1 buckets
+    if b == len(counts) - 1:
+        return bounds[-2]  # in the +Inf bucket: the highest finite bound
+    start, count = 0.0, counts[b]
+    if b > 0:
+        start = bounds[b - 1]
+        count -= counts[b - 1]
+        rank -= counts[b - 1]
+    if count == 0:
+        return None  # q = 0 over an empty lowest bucket: 0/0, NaN in Prometheus too
+    return start + (bounds[b] - start) * (rank / count)

@@ -21,7 +21,7 @@ from greenops.carbon.accounting import (
 from greenops.costs.accounting import PriceFor, cached_prices, cost_of
 from greenops.costs.catalog import HourlyPrice
 from greenops.energy import it_energy
-from greenops.kpis import histogram
+from greenops.kpis import histogram, timings
 from greenops.kpis.metrics import Totals
 from greenops.kpis.models import InferenceWindow
 from greenops.telemetry.models import Gpu
@@ -71,10 +71,17 @@ def add_inference(t: Totals, workload_ids: list[int], start: dt.datetime,
     raw deltas: this is the rollup step itself; pages then read KpiRollup."""
     rows = InferenceWindow.objects.filter(workload_id__in=workload_ids, end__gte=start,
                                           end__lt=end)
-    hists = []
+    hists, phases = [], [t.timings]
     for w in rows.values_list("requests", "success", "failure", "tokens", "latency_sum_ms",
-                              "latency_n", "latency_buckets").iterator(chunk_size=2000):
-        requests, success, failure, tokens, sum_ms, latency_n, buckets = w
+                              "latency_n", "latency_buckets", "prompt_tokens", "server_energy_j",
+                              "timings").iterator(chunk_size=2000):
+        (requests, success, failure, tokens, sum_ms, latency_n, buckets, prompt_tokens,
+         server_energy_j, window_timings) = w
+        if prompt_tokens is not None:
+            t.prompt_tokens = (t.prompt_tokens or 0) + prompt_tokens
+        if server_energy_j is not None:
+            t.server_energy_j = (t.server_energy_j or 0.0) + server_energy_j
+        phases.append(window_timings)
         t.requests += requests
         t.success += success or 0
         t.failure += failure or 0
@@ -85,4 +92,5 @@ def add_inference(t: Totals, workload_ids: list[int], start: dt.datetime,
         t.latency_n += latency_n
         hists.append(buckets)
     t.latency_buckets = histogram.merge([t.latency_buckets, *hists])
+    t.timings = timings.merge(phases)
     return t

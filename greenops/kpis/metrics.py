@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
-from greenops.kpis import histogram
+from greenops.kpis import histogram, timings
 from greenops.units import J_PER_KWH
 
 
@@ -26,6 +26,9 @@ class Totals:
     latency_sum_ms: float = 0.0
     latency_n: int = 0
     latency_buckets: dict = field(default_factory=dict)
+    prompt_tokens: int | None = None
+    server_energy_j: float | None = None
+    timings: dict = field(default_factory=dict)
     util_sum: float = 0.0
     util_n: int = 0
     gpu_minutes: int = 0
@@ -60,6 +63,7 @@ class Totals:
         """Column values for a KpiRollup row."""
         row = {f.name: getattr(self, f.name) for f in fields(self)}
         row["latency_buckets"] = histogram.to_json(self.latency_buckets)
+        row["timings"] = timings.merge([self.timings])
         row["pue"] = self.pue
         row["intensity_g_per_kwh"] = self.intensity_g_per_kwh
         return row
@@ -86,6 +90,10 @@ def merge(items: Iterable) -> Totals:
         if r.tokens is not None:
             out.tokens = (out.tokens or 0) + r.tokens
         out.token_requests += r.token_requests
+        if r.prompt_tokens is not None:
+            out.prompt_tokens = (out.prompt_tokens or 0) + r.prompt_tokens
+        if r.server_energy_j is not None:
+            out.server_energy_j = (out.server_energy_j or 0.0) + r.server_energy_j
         out.latency_sum_ms += r.latency_sum_ms
         out.latency_n += r.latency_n
         out.util_sum += r.util_sum
@@ -97,6 +105,7 @@ def merge(items: Iterable) -> Totals:
         out.co2e_g += r.co2e_g
         out.simulated = out.simulated or r.simulated
     out.latency_buckets = histogram.merge(r.latency_buckets for r in items)
+    out.timings = timings.merge(r.timings for r in items)
     # One hour without a price makes the sum unknown: never show a partial cost as the cost.
     if any(r.cost_usd is None and r.gpu_minutes for r in items):
         out.cost_usd = None
@@ -139,6 +148,14 @@ def derive(t: Totals, seconds: float) -> dict:
         "latency_p50_ms": histogram.quantile_ms(t.latency_buckets, 0.50),
         "latency_p99_ms": histogram.quantile_ms(t.latency_buckets, 0.99),
         "latency_mean_ms": _ratio(t.latency_sum_ms, t.latency_n),
+        "prompt_tokens": t.prompt_tokens,
+        # Token rates over the same seconds as throughput (vLLM's token counters).
+        "generation_tokens_per_s": _ratio(t.tokens, seconds),
+        "prompt_tokens_per_s": _ratio(t.prompt_tokens, seconds),
+        "timings": timings.summary(t.timings),
+        # What the inference server itself counted (Triton nv_energy_consumption): a
+        # cross-check beside gpu_energy_kwh, never part of the accounting.
+        "server_energy_kwh": _ratio(t.server_energy_j, J_PER_KWH),
         # Per-inference figures use IT energy (GPU + CPU + RAM) for joules, as measured at the
         # host, and facility energy for carbon, which is what the grid supplied.
         "energy_per_inference_j": _ratio(t.energy_j, t.requests),

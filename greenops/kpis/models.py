@@ -1,9 +1,10 @@
 """Inference counts as they arrive (raw deltas) and the hourly/daily KPI rollups pages read.
 
-Raw inference windows are deltas since the sender's previous window, kept as sent (latencies
-re-bucketed onto the fixed layout of greenops.kpis.histogram). The KPI beat task folds them,
-with GPU energy from telemetry rollups and CPU/RAM energy from the carbon app, into KpiRollup
-rows; every carbon figure there keeps the PUE and grid intensity (and their sources) it used.
+Raw inference windows are deltas since the sender's previous window, kept as sent (latency
+histograms in their source's own bounds, converted to ms: greenops.kpis.histogram). The KPI
+beat task folds them, with GPU energy from telemetry rollups and CPU/RAM energy from the carbon
+app, into KpiRollup rows; every carbon figure there keeps the PUE and grid intensity (and their
+sources) it used.
 """
 
 from __future__ import annotations
@@ -32,16 +33,26 @@ class InferenceWindow(models.Model):
 
     batch = models.ForeignKey(InferenceBatch, models.CASCADE, related_name="items")
     workload = models.ForeignKey(Workload, models.CASCADE, related_name="+")
+    # Where the window began (the agent's previous good scrape); null from senders that do not
+    # say (older agents, the client library).
+    start = models.DateTimeField(null=True)
     end = models.DateTimeField()
     requests = models.BigIntegerField()
     success = models.BigIntegerField(null=True)
     failure = models.BigIntegerField(null=True)
-    tokens = models.BigIntegerField(null=True)
+    tokens = models.BigIntegerField(null=True)  # generated (output) tokens
+    prompt_tokens = models.BigIntegerField(null=True)
+    # GPU energy the inference server counted itself (Triton nv_energy_consumption), shown
+    # beside GreenOps' own NVML figure as a cross-check; never used for accounting.
+    server_energy_j = models.FloatField(null=True)
     latency_sum_ms = models.FloatField(null=True)
     # How many latencies latency_sum_ms adds up: the mean is sum / n. Not always the histogram's
     # total: Triton's default metrics give only a duration sum and a count, no buckets.
     latency_n = models.BigIntegerField(default=0)
-    latency_buckets = models.JSONField(default=dict)  # {layout bucket index: count}
+    latency_buckets = models.JSONField(default=dict)  # histogram.to_json form
+    # Phases and token timings beside the request latency: {name: {"sum_ms", "n", "hist"}},
+    # names in greenops.kpis.inference.TIMING_NAMES (greenops.kpis.timings merges them).
+    timings = models.JSONField(default=dict)
 
     class Meta:
         indexes = [models.Index(fields=["workload", "end"], name="inference_window_wl_end")]
@@ -74,6 +85,9 @@ class KpiRollup(models.Model):
     latency_sum_ms = models.FloatField(default=0)
     latency_n = models.BigIntegerField(default=0)
     latency_buckets = models.JSONField(default=dict)
+    prompt_tokens = models.BigIntegerField(null=True)
+    server_energy_j = models.FloatField(null=True)  # as the inference server counted it
+    timings = models.JSONField(default=dict)  # as InferenceWindow.timings, merged
     # GPU telemetry
     util_sum = models.FloatField(default=0)
     util_n = models.BigIntegerField(default=0)
