@@ -1,0 +1,87 @@
+"""Beat -> evaluation -> notification through a real Celery worker on Redis, exactly once
+across duplicated messages (a broker redelivery, two beats)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from greenops import celery_app
+from greenops.alerts import channels, tasks
+from greenops.alerts.models import Notification, RuleEvent
+from tests.alerts_fixtures import make_rule, rollup
+from tests.test_alerts_channels import Receiver
+from tests.test_e2e_pipeline import ROOT, wait_for
+
+WORKER = """
+import sys
+from greenops.celery import app
+app.conf.task_default_queue = sys.argv[1]  # tasks the worker itself enqueues stay on it
+app.worker_main(["worker", "-Q", sys.argv[1], "-c", "2", "--without-gossip",
+                 "--without-mingle", "--without-heartbeat", "-l", "WARNING"])
+"""
+
+
+@pytest.fixture
+def alerts_worker():
+    queue = f"alerts-{uuid.uuid4().hex[:8]}"
+    s = connection.settings_dict
+    env = dict(os.environ, CELERY_TASK_ALWAYS_EAGER="false", DATABASE_URL=(
+        f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/"
+        f"{s['NAME']}"))
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, queue], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    old = (celery_app.conf.task_always_eager, celery_app.conf.task_default_queue)
+    celery_app.conf.task_always_eager = False
+    celery_app.conf.task_default_queue = queue
+    try:
+        yield queue
+    finally:
+        celery_app.conf.task_always_eager, celery_app.conf.task_default_queue = old
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        assert b"Traceback" not in out, out.decode(errors="replace")
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_beat_evaluation_notification_exactly_once(users, team, alerts_worker):
+    with Receiver() as rx:
+        ch, secret = channels.create(team, {"name": "hook", "kind": "webhook",
+                                            "target": rx.url + "/a"})
+        rule = make_rule(team, [ch], name="Energy per inference too high",
+                         state_since=timezone.now())
+        # 3600 J over 1200 inferences = 3 J > 2 J, in every hour the worker may read.
+        top = timezone.now().replace(minute=0, second=0, microsecond=0)
+        for h in range(-2, 2):
+            rollup(team, top + dt.timedelta(hours=h), gpu_energy_j=3600, requests=1200)
+        tick = tasks.tick_of(timezone.now()).isoformat()
+        # Beat's message, plus the same rule's minute sent twice more (a redelivery).
+        tasks.evaluate_rules.delay()
+        tasks.evaluate_rule.delay(rule.id, tick)
+        tasks.evaluate_rule.delay(rule.id, tick)
+        wait_for(lambda: Notification.objects.filter(rule=rule).exists(), timeout=60)
+        tasks.deliver_due.delay()
+        tasks.deliver_due.delay()  # two beats, or one replayed
+        wait_for(lambda: Notification.objects.filter(status="sent").exists(), timeout=60)
+        time.sleep(2)  # room for a duplicate to show up, if there were one
+    assert len(rx.requests) == 1
+    doc = json.loads(rx.requests[0][2])
+    assert [a["kind"] for a in doc["alerts"]] == ["firing"]
+    n = Notification.objects.get()
+    assert (n.kind, n.status, n.attempts) == ("firing", "sent", 1)
+    assert list(RuleEvent.objects.values_list("from_state", "to_state")) == [("ok", "firing")]
