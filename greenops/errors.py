@@ -12,12 +12,14 @@ class FieldError(Exception):
     """A rejected request. `field` is a dotted path into the payload, e.g. samples.power_w[3],
     or the name of the header, query parameter or form field at fault; None when no one field is."""
 
-    def __init__(self, status: int, code: str, field: str | None, message: str) -> None:
+    def __init__(self, status: int, code: str, field: str | None, message: str, *,
+                 retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.field = field
         self.message = message
+        self.retry_after_s = retry_after_s  # sent as Retry-After (429, 503)
 
     def as_dict(self) -> dict:
         return {"error": self.code, "field": self.field, "message": self.message}

@@ -256,6 +256,12 @@ CELERY_BEAT_SCHEDULE = {
     "alerts-prune": {"task": "greenops.alerts.tasks.prune_values", "schedule": 86400.0},
 }
 
+# Failed login and enrollment attempts allowed per client (and username, for login) per window.
+RATELIMIT_ENABLED = envbool("RATELIMIT_ENABLED", True)
+RATELIMIT_WINDOW_S = envint("RATELIMIT_WINDOW_S", 900)
+RATELIMIT_LOGIN_FAILURES = envint("RATELIMIT_LOGIN_FAILURES", 10)
+RATELIMIT_ENROLL_FAILURES = envint("RATELIMIT_ENROLL_FAILURES", 20)
+
 CACHES = {
     "default": (
         {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}

@@ -5,10 +5,11 @@ from django.urls import include, path
 from greenops.api.v1 import api
 from greenops.carbon import views as carbon_views
 from greenops.carbon.codecarbon_api import api as codecarbon_api
+from greenops.login import LoginView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", api.urls),
     path("api/codecarbon/", codecarbon_api.urls),  # codecarbon's api_endpoint

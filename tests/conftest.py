@@ -42,6 +42,13 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _no_rate_limits(settings):
+    # Failed-attempt counters live in Redis and would carry over between tests and runs;
+    # tests/test_ratelimit.py turns them on for itself.
+    settings.RATELIMIT_ENABLED = False
+
+
 @pytest.fixture
 def users(db):
     from django.contrib.auth.models import User

@@ -29,6 +29,8 @@ def on_field_error(request: HttpRequest, exc: FieldError):
     response = api.create_response(request, exc.as_dict(), status=exc.status)
     if exc.status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="greenops"'
+    if exc.retry_after_s is not None:
+        response["Retry-After"] = str(exc.retry_after_s)
     return response
 
 

@@ -12,6 +12,8 @@ from ninja import Router, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
+from greenops import ratelimit
+from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import enrollment, ingest
 from greenops.telemetry.host_status import host_statuses
@@ -34,11 +36,22 @@ class EnrolledOut(Schema):
     gpus: int
 
 
-@router.post("/enroll", response={201: EnrolledOut, 400: ErrorOut, 401: ErrorOut, 422: ErrorOut},
+@router.post("/enroll", response={201: EnrolledOut, 400: ErrorOut, 401: ErrorOut, 422: ErrorOut,
+                                  429: ErrorOut},
              summary="Trade a single-use enrollment token for a host token")
 def post_enroll(request: HttpRequest):
+    limit, ip = ratelimit.enroll_limit(), ratelimit.client_ip(request)
+    wait = ratelimit.retry_after_s(limit, ip)
+    if wait is not None:
+        raise FieldError(429, "rate_limited", "token", "too many failed enrollments from this "
+                         f"address; try again in {wait} s", retry_after_s=wait)
     doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"), small=True)
-    host, token = enrollment.enroll(doc)
+    try:
+        host, token = enrollment.enroll(doc)
+    except FieldError as exc:
+        if exc.status == 401:  # a wrong, used or expired token: a guess
+            ratelimit.record_failure(limit, ip)
+        raise
     return Status(201, {"host": host.name, "host_id": host.id, "team": host.team.slug,
                         "token": token, "gpus": host.gpus.count()})
 
