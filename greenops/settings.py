@@ -123,6 +123,7 @@ INSTALLED_APPS = [
     "greenops.costs",
     "greenops.carbon",
     "greenops.alerts",
+    "greenops.reports",
     "dashboards",
 ]
 
@@ -226,6 +227,17 @@ ALERTS_MAX_ATTEMPTS = envint("ALERTS_MAX_ATTEMPTS", 5)  # then the notification 
 ALERTS_DELIVER_EVERY_S = envint("ALERTS_DELIVER_EVERY_S", 15)
 ALERTS_KEEP_VALUES_DAYS = envint("ALERTS_KEEP_VALUES_DAYS", 14)
 
+# --- Monthly reports -----------------------------------------------------------------------
+# Hours after a month closes in a team's time zone before beat generates its report: agents
+# replaying a spool after an outage deliver late data, and a report that misses it is restated.
+REPORTS_GRACE_HOURS = envint("REPORTS_GRACE_HOURS", 48)
+# Optional copy of every new revision in S3 (boto3's usual credentials); empty bucket: no upload.
+REPORTS_S3_BUCKET = os.environ.get("REPORTS_S3_BUCKET", "")
+REPORTS_S3_PREFIX = os.environ.get("REPORTS_S3_PREFIX", "greenops-reports/")
+REPORTS_S3_REGION = os.environ.get("REPORTS_S3_REGION", "")
+# For S3-compatible stores (MinIO, Ceph): their endpoint URL; empty for AWS itself.
+REPORTS_S3_ENDPOINT_URL = os.environ.get("REPORTS_S3_ENDPOINT_URL", "")
+
 # --- Celery --------------------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
@@ -254,6 +266,8 @@ CELERY_BEAT_SCHEDULE = {
     "alerts-deliver": {"task": "greenops.alerts.tasks.deliver_due",
                        "schedule": float(ALERTS_DELIVER_EVERY_S)},
     "alerts-prune": {"task": "greenops.alerts.tasks.prune_values", "schedule": 86400.0},
+    # Each team's previous month, once it has closed in the team's zone plus the grace period.
+    "reports-monthly": {"task": "greenops.reports.tasks.schedule_monthly", "schedule": 3600.0},
 }
 
 # Failed login and enrollment attempts allowed per client (and username, for login) per window.

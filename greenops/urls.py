@@ -19,6 +19,7 @@ urlpatterns = [
     path("teams/<slug:slug>/", include("greenops.costs.urls")),
     path("teams/<slug:slug>/", include("greenops.carbon.urls")),
     path("teams/<slug:slug>/", include("greenops.alerts.urls")),
+    path("teams/<slug:slug>/", include("greenops.reports.urls")),
     path("teams/<slug:slug>/", include("greenops.teams.urls")),
     path("", include("greenops.teams.urls_site")),
     path("", include("dashboards.urls")),

@@ -159,12 +159,14 @@ def get_usage(request: HttpRequest, slug: str, range: str = "day"):
 from greenops.carbon.api import router as carbon_router  # noqa: E402
 from greenops.costs.api import router as costs_router  # noqa: E402
 from greenops.kpis.api import router as kpis_router  # noqa: E402
+from greenops.reports.api import router as reports_router  # noqa: E402
 from greenops.workloads.api import router as workloads_router  # noqa: E402
 
 api.add_router("/", workloads_router)
 api.add_router("/", kpis_router)
 api.add_router("/", costs_router)
 api.add_router("/", carbon_router)
+api.add_router("/", reports_router)
 
 from greenops.alerts.api import router as alerts_router  # noqa: E402
 from greenops.teams.api import router as teams_router  # noqa: E402

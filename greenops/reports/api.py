@@ -1,0 +1,48 @@
+"""JSON API of the reports app, mounted on /api/v1/ by greenops/api/v1.py."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Router, Schema
+from ninja.responses import Status
+from ninja.security import django_auth
+
+from greenops.reports import generate
+from greenops.reports.figures import Month
+from greenops.reports.models import Report, Trigger
+from greenops.reports.views import status_dict
+from greenops.teams.permissions import authorize_api
+
+router = Router(tags=["reports"])
+
+
+class ReportRequest(Schema):
+    month: str
+
+
+@router.get("/teams/{slug}/reports", auth=django_auth, response={200: list[dict]},
+            summary="The team's report generations, newest month first")
+def list_reports(request: HttpRequest, slug: str):
+    team, _role = authorize_api(request.user, slug, "team.view")
+    rows = Report.objects.filter(team=team).select_related("team", "unchanged_from")[:200]
+    return Status(200, [status_dict(r) for r in rows])
+
+
+@router.post("/teams/{slug}/reports", auth=django_auth, response={202: dict},
+             summary="Generate a month's report (YYYY-MM, calendar month in the team's zone)")
+def post_report(request: HttpRequest, slug: str, body: ReportRequest):
+    team, _role = authorize_api(request.user, slug, "reports.manage")
+    report = generate.request(team, Month.parse(body.month), Trigger.API, request.user)
+    return Status(202, status_dict(report))
+
+
+@router.get("/teams/{slug}/reports/{report_id}", auth=django_auth, response={200: dict},
+            summary="One generation: status, progress, and the figures it stored")
+def get_report(request: HttpRequest, slug: str, report_id: int):
+    team, _role = authorize_api(request.user, slug, "team.view")
+    report = get_object_or_404(Report.objects.select_related("team", "unchanged_from"),
+                               team=team, id=report_id)
+    shown = report.unchanged_from or report
+    return Status(200, {**status_dict(report), "figures": shown.figures,
+                        "difference": report.difference})

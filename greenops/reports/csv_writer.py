@@ -1,0 +1,113 @@
+"""The report as one long CSV table, written from a report's stored figures.
+
+Columns (version 1; a changed meaning or order bumps COLUMNS_VERSION, which every row carries):
+
+  columns_version, methodology_version, team, month, time_zone,
+  row_type         total | host | workload | job
+  workload, host, provider, region, instance_type, purchase_option,
+  scope            Scope 2 (own site) | Scope 3 (cat. 1, cloud) for host rows
+  gpu_kwh, cpu_ram_kwh, it_kwh (GPU + CPU + RAM), facility_kwh (IT x PUE),
+  co2e_location_kg, co2e_market_kg (empty: no supplier-specific factor),
+  cost_usd (empty: unknown, see note), inferences, gpu_hours, idle_gpu_hours, idle_cost_usd,
+  measurement_method, simulated (true | false), note
+
+Reading back: the `host` rows add up to the `total` row (energy, carbon, cost, idle); `workload`
+and `job` rows are attributions (GPUs shared by workloads appear under each), so they are not
+added to the total. `read_totals` does exactly that and is what the tests use.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+COLUMNS_VERSION = "1"
+COLUMNS = (
+    "columns_version", "methodology_version", "team", "month", "time_zone", "row_type",
+    "workload", "host", "provider", "region", "instance_type", "purchase_option", "scope",
+    "gpu_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg", "co2e_market_kg",
+    "cost_usd", "inferences", "gpu_hours", "idle_gpu_hours", "idle_cost_usd",
+    "measurement_method", "simulated", "note",
+)
+# Host-row columns that add up to the total row.
+ADDITIVE = ("gpu_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg",
+            "co2e_market_kg", "cost_usd", "idle_gpu_hours", "idle_cost_usd")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)  # round-trips exactly, so the table reads back into the same sums
+    return str(value)
+
+
+def rows(fig: dict) -> list[dict]:
+    base = {"columns_version": COLUMNS_VERSION, "methodology_version": fig["methodology_version"],
+            "team": fig["team"]["slug"], "month": fig["month"], "time_zone": fig["time_zone"]}
+    t = fig["totals"]
+    out = [{**base, "row_type": "total", "gpu_kwh": t["gpu_energy_kwh"],
+            "cpu_ram_kwh": t["cpu_ram_energy_kwh"], "it_kwh": t["energy_kwh"],
+            "facility_kwh": t["facility_energy_kwh"], "co2e_location_kg": t["co2e_kg"],
+            "co2e_market_kg": t["co2e_market_kg"], "cost_usd": t["cost_usd"],
+            "inferences": t["requests"], "gpu_hours": t["gpu_hours"],
+            "idle_gpu_hours": t["idle_gpu_hours"], "idle_cost_usd": t["idle_cost_usd"],
+            "simulated": t["simulated"],
+            "note": "" if t["cost_usd"] is not None else "cost unknown: a host has no price"}]
+    for h in fig["hosts"]:
+        out.append({**base, "row_type": "host", "host": h["host"], "provider": h["provider"],
+                    "region": h["region"], "instance_type": h["instance_type"],
+                    "purchase_option": h["purchase_option"], "scope": h["scope"],
+                    "gpu_kwh": h["gpu_energy_kwh"], "cpu_ram_kwh": h["cpu_ram_energy_kwh"],
+                    "it_kwh": h["energy_kwh"], "facility_kwh": h["facility_energy_kwh"],
+                    "co2e_location_kg": h["co2e_kg"], "co2e_market_kg": h["co2e_market_kg"],
+                    "cost_usd": h["cost_usd"], "gpu_hours": h["gpu_hours"],
+                    "idle_gpu_hours": h["idle_gpu_hours"], "idle_cost_usd": h["idle_cost_usd"],
+                    "measurement_method": h["measurement"],
+                    "simulated": "simulated" in h["measurement"],
+                    "note": h["price_problem"]})
+    for w in fig["workloads"]:
+        out.append({**base, "row_type": "workload", "workload": w["workload"],
+                    "it_kwh": w["energy_kwh"], "facility_kwh": w["facility_energy_kwh"],
+                    "co2e_location_kg": w["co2e_kg"], "cost_usd": w["cost_usd"],
+                    "inferences": w["requests"], "gpu_hours": w["gpu_hours"],
+                    "simulated": w["simulated"],
+                    "note": "attribution: GPUs shared by workloads count under each"})
+    for j in fig["jobs"]:
+        out.append({**base, "row_type": "job", "workload": j["workload"],
+                    "it_kwh": j["energy_kwh"], "facility_kwh": j["facility_energy_kwh"],
+                    "co2e_location_kg": j["co2e_kg"], "cost_usd": j["cost_usd"],
+                    "gpu_hours": j["gpu_hours"], "note": f"training job {j['name']}"})
+    return out
+
+
+def write(fig: dict) -> bytes:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\r\n")
+    w.writeheader()
+    for r in rows(fig):
+        w.writerow({c: _cell(r.get(c)) for c in COLUMNS})
+    return buf.getvalue().encode("utf-8")
+
+
+def read_totals(data: bytes) -> dict:
+    """{'total': {column: value}, 'hosts_sum': {column: value}} from a written CSV; a column
+    with any empty host cell sums to None (unknown), as the report does."""
+    reader = csv.DictReader(io.StringIO(data.decode("utf-8")))
+    if tuple(reader.fieldnames or ()) != COLUMNS:
+        raise ValueError("not a GreenOps report CSV of columns version " + COLUMNS_VERSION)
+    total: dict = {}
+    hosts: list[dict] = []
+    for r in reader:
+        if r["row_type"] == "total":
+            total = {c: float(r[c]) if r[c] != "" else None for c in ADDITIVE}
+            total["inferences"] = int(r["inferences"])
+        elif r["row_type"] == "host":
+            hosts.append(r)
+    sums: dict = {}
+    for c in ADDITIVE:
+        cells = [h[c] for h in hosts]
+        sums[c] = None if any(v == "" for v in cells) else sum(float(v) for v in cells)
+    return {"total": total, "hosts_sum": sums}

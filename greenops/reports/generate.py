@@ -1,0 +1,193 @@
+"""Generating a report: request, claim, compute, store as a revision, deliver.
+
+Work is claimed with an update that succeeds once, so a task delivered twice (Redis redelivery,
+a beat tick overlapping a page request) generates once. Figures are compared with the month's
+latest revision: the same figures leave that revision standing; different ones become the next
+revision with the difference stored, and the earlier revisions stay as they were.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+
+from django.conf import settings
+from django.core.mail import EmailMessage
+from django.db import transaction
+from django.utils import timezone
+
+from greenops.reports import csv_writer, figures, pdf_writer, present
+from greenops.reports.figures import Month
+from greenops.reports.models import Report, Status, Subscription, Trigger
+from greenops.teams.models import Team
+
+log = logging.getLogger(__name__)
+
+
+def request(team: Team, month: Month, trigger: str = Trigger.PAGE, user=None,
+            enqueue: bool = True) -> Report:
+    """A pending report for the month, or the one already pending or running for it."""
+    with transaction.atomic():
+        Team.objects.select_for_update().filter(id=team.id).first()  # one request at a time
+        active = Report.objects.filter(team=team, month=month.first_day,
+                                       status__in=[Status.PENDING, Status.RUNNING]).first()
+        if active is not None:
+            return active
+        report = Report.objects.create(team=team, month=month.first_day, trigger=trigger,
+                                       time_zone=figures.team_zone_name(team),
+                                       requested_by=user if user and user.is_authenticated
+                                       else None, stage="queued")
+        if enqueue:
+            from greenops.reports.tasks import generate_report
+
+            transaction.on_commit(lambda: generate_report.delay(report.id))
+    return report
+
+
+def _jsonable(fig: dict) -> dict:
+    # Exactly what the JSONField will give back, so a fresh computation compares like with like.
+    return json.loads(json.dumps(fig))
+
+
+def run(report_id: int, now: dt.datetime | None = None) -> Report | None:
+    """Generate a claimed report; None when another worker has it or it is already done."""
+    now = now or timezone.now()
+    claimed = Report.objects.filter(id=report_id, status=Status.PENDING).update(
+        status=Status.RUNNING, started_at=now, progress_pct=1, stage="started") == 1
+    if not claimed:
+        return None
+    report = Report.objects.select_related("team").get(id=report_id)
+    try:
+        fig = _jsonable(figures.month_figures(report.team, Month.of(report.month), now,
+                                              progress=report.set_progress,
+                                              zone=report.time_zone))
+        report.set_progress(80, "writing CSV and PDF")
+        new_revision = _store(report, fig, now)
+    except Exception as exc:  # the page must say why, not spin for ever
+        log.exception("report %s failed", report_id)
+        Report.objects.filter(id=report_id).update(
+            status=Status.FAILED, finished_at=timezone.now(), stage="failed",
+            error=f"{type(exc).__name__}: {exc}"[:2000])
+        report.refresh_from_db()
+        return report
+    if new_revision:
+        deliver(report)
+    report.refresh_from_db()
+    return report
+
+
+def _store(report: Report, fig: dict, now: dt.datetime) -> bool:
+    """Save as the next revision, or as unchanged from the latest. True for a new revision."""
+    with transaction.atomic():
+        Team.objects.select_for_update().filter(id=report.team_id).first()
+        latest = (Report.objects.revisions().filter(team=report.team_id, month=report.month)
+                  .order_by("-revision").first())
+        diff = figures.difference(latest.figures, fig) if latest is not None else None
+        report.figures = fig
+        report.closed = bool(fig["closed"])
+        report.status, report.progress_pct, report.finished_at = Status.DONE, 100, timezone.now()
+        if latest is not None and not diff:
+            report.unchanged_from = latest
+            report.stage = f"no change since revision {latest.revision}"
+            report.save()
+            return False
+        report.revision = latest.revision + 1 if latest else 1
+        report.difference = diff
+        report.csv_data = csv_writer.write(fig)
+        report.pdf_data = pdf_writer.write(fig, report.revision, diff)
+        report.stage = "done"
+        report.save()
+        return True
+
+
+def deliver(report: Report) -> None:
+    """Email a closed month's new revision to the subscribers; copy both files to S3 if set.
+    Failures are recorded on the report, which stays done and downloadable."""
+    if report.closed:
+        _email(report)
+    if settings.REPORTS_S3_BUCKET:
+        _upload(report)
+
+
+def _email(report: Report) -> None:
+    to = sorted(set(Subscription.objects.filter(team=report.team)
+                    .exclude(user__email="").values_list("user__email", flat=True)))
+    if not to:
+        return
+    fig = report.figures
+    subject = f"GreenOps report {report.team.name} {fig['month_label']}" + (
+        f" (revision {report.revision})" if report.revision > 1 else "")
+    lines = [f"{label}: {value}" for label, value, *_ in present.summary(fig).rows]
+    if report.difference:
+        lines.insert(0, f"This revision restates {len(report.difference)} figure(s) of "
+                        f"revision {report.revision - 1}; the PDF lists them.")
+    msg = EmailMessage(subject, "\n".join(lines), settings.DEFAULT_FROM_EMAIL, bcc=to)
+    msg.attach(report.file_name("pdf"), bytes(report.pdf_data), "application/pdf")
+    msg.attach(report.file_name("csv"), bytes(report.csv_data), "text/csv")
+    try:
+        msg.send()
+    except Exception as exc:  # SMTP down: keep the report, say why it was not mailed
+        Report.objects.filter(id=report.id).update(email_error=f"{type(exc).__name__}: {exc}")
+        return
+    Report.objects.filter(id=report.id).update(emailed_to=to, email_error="")
+
+
+def s3_key(report: Report, ext: str) -> str:
+    prefix = settings.REPORTS_S3_PREFIX
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return f"{prefix}{report.team.slug}/{report.month_str}/{report.file_name(ext)}"
+
+
+def _upload(report: Report) -> None:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=settings.REPORTS_S3_ENDPOINT_URL or None,
+                          region_name=settings.REPORTS_S3_REGION or None)
+    keys = []
+    try:
+        for ext, data, kind in (("pdf", report.pdf_data, "application/pdf"),
+                                ("csv", report.csv_data, "text/csv")):
+            key = s3_key(report, ext)
+            client.put_object(Bucket=settings.REPORTS_S3_BUCKET, Key=key, Body=bytes(data),
+                              ContentType=kind)
+            keys.append(key)
+    except Exception as exc:  # no credentials, no bucket, network: recorded, not fatal
+        Report.objects.filter(id=report.id).update(s3_keys=keys,
+                                                   s3_error=f"{type(exc).__name__}: {exc}")
+        return
+    Report.objects.filter(id=report.id).update(s3_keys=keys, s3_error="")
+
+
+# --- The monthly schedule --------------------------------------------------------------------
+
+SCHEDULE_RETRIES = 3
+
+
+def due_months(now: dt.datetime | None = None) -> list[tuple[Team, Month]]:
+    """Teams whose previous month has closed in their zone, plus the grace period for late
+    data, and has no report generated since it closed (a failed try is retried a few times)."""
+    now = now or timezone.now()
+    grace = dt.timedelta(hours=settings.REPORTS_GRACE_HOURS)
+    out = []
+    for team in Team.objects.filter(hosts__isnull=False).distinct():
+        month = figures.current_month(team, now).previous()
+        if figures.month_window(team, month)[1] + grace > now:
+            continue
+        rows = Report.objects.filter(team=team, month=month.first_day, closed=True)
+        failed_schedule = Report.objects.filter(team=team, month=month.first_day,
+                                                trigger=Trigger.SCHEDULE, status=Status.FAILED)
+        if rows.exclude(status=Status.FAILED).exists() or \
+                Report.objects.filter(team=team, month=month.first_day,
+                                      status__in=[Status.PENDING, Status.RUNNING]).exists():
+            continue
+        if failed_schedule.count() >= SCHEDULE_RETRIES:
+            continue
+        out.append((team, month))
+    return out
+
+
+def schedule(now: dt.datetime | None = None) -> list[int]:
+    """Request every due month's report; returns the report ids."""
+    return [request(team, month, Trigger.SCHEDULE).id for team, month in due_months(now)]

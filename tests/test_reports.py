@@ -1,0 +1,330 @@
+"""Monthly reports: a hand-computed month with a time-zone edge, CSV = PDF = page = API,
+an honest empty month, revision 2 with its difference, delivery, the command and the schedule.
+
+The month (October 2026, team in Europe/Paris: UTC+2 until 25 October, UTC+1 after):
+  October runs from 2026-09-30 22:00 UTC to 2026-10-31 23:00 UTC.
+  Host A: 1 GPU, aws g.test in eu-test-1, on-demand at $4.00/h (a test catalog row);
+          its site "Paris DC": PUE 1.5, grid intensity 400 g CO2e/kWh (site override).
+  Every hour below is 60 wire-format samples, one per minute, 200 W x 60 s = 12,000 J each,
+  so 720,000 J = 0.2 kWh of GPU energy per hour.
+    S  2026-09-30 21:00 UTC = 23:00 CEST on 30 Sept -> September, util 50 %
+    H0 2026-09-30 22:00 UTC = 00:00 CEST on 1 Oct   -> October,   util 2 % (idle, < 5 %)
+    H1 2026-10-15 12:00 UTC                         -> October,   util 50 %
+    H2 2026-10-31 22:00 UTC = 23:00 CET on 31 Oct   -> October,   util 50 %
+    H3 2026-10-31 23:00 UTC = 00:00 CET on 1 Nov    -> November (its 23:30 UTC sample too)
+  October: IT 3 x 0.2 = 0.6 kWh; facility 0.6 x 1.5 = 0.9 kWh; CO2e 0.9 x 400 = 360 g = 0.36 kg
+           cost: 3 running hours x $4 = $12.00; idle: 1 GPU-hour (H0) x $4 = $4.00
+           GPU util (2 x 60 + 50 x 60 + 50 x 60) / 180 = 34.0 %; GPU-hours 180 min / 60 = 3
+  September: IT 0.2 kWh, so October's change is (0.6 - 0.2) / 0.2 = +200 %.
+  Workload "Ranker" on GPU A0: 1000 inferences in H1 and 2000 in H2 (500 in H3: November):
+           3000 inferences; 2,160,000 J / 3000 = 720 J each; 360 g / 3000 = 0.12 g each;
+           KPI cost 180 GPU-minutes x $4/60 = $12 -> $4.00 per 1k inferences; SCI 0.12 g.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import uuid
+
+import orjson
+import pytest
+from pypdf import PdfReader
+
+from greenops.kpis import queries as kpi_queries
+from greenops.kpis import rollup
+from greenops.reports import csv_writer, figures, generate
+from greenops.reports.figures import Month
+from greenops.reports.models import Report, Status, Subscription, Trigger
+from greenops.teams.models import ApiToken
+from tests.conftest import gz, make_host
+
+UTC = dt.UTC
+S = dt.datetime(2026, 9, 30, 21, tzinfo=UTC)
+H0 = dt.datetime(2026, 9, 30, 22, tzinfo=UTC)
+H1 = dt.datetime(2026, 10, 15, 12, tzinfo=UTC)
+H2 = dt.datetime(2026, 10, 31, 22, tzinfo=UTC)
+H3 = dt.datetime(2026, 10, 31, 23, tzinfo=UTC)
+OCT = Month(2026, 10)
+AFTER = dt.datetime(2026, 11, 30, 12, tzinfo=UTC)  # "now" for generation: October has closed
+
+
+def set_zone(team, name: str) -> None:
+    """The team's time zone: Team.time_zone where the teams app has it."""
+    team.time_zone = name
+    if any(f.name == "time_zone" for f in team._meta.get_fields()):
+        team.save(update_fields=["time_zone"])
+
+
+def hour_batch(hour: dt.datetime, util_pct: float) -> dict:
+    """Wire-format v1: 60 samples of GPU 0, at hh:00:30 ... hh:59:30, 200 W, 12,000 J each."""
+    ts = [(hour + dt.timedelta(seconds=60 * i + 30)).timestamp() for i in range(60)]
+    cols = {"ts": ts, "gpu_index": [0] * 60, "util_pct": [util_pct] * 60,
+            "mem_used_mib": [1024.0] * 60, "power_w": [200.0] * 60,
+            "energy_mj": [10_000_000 + 12_000_000 * i for i in range(60)],
+            "energy_j": [12_000.0] * 60, "energy_method": ["counter"] * 60,
+            "temp_c": [60.0] * 60, "sm_clock_mhz": [1410.0] * 60}
+    return {"batch_id": str(uuid.uuid4()), "agent_version": "0.1.0",
+            "sent_at": ts[-1] + 5, "source": "nvml", "samples": cols}
+
+
+def inference_doc(windows: list[tuple[dt.datetime, int]]) -> dict:
+    return {"batch_id": str(uuid.uuid4()), "windows": [
+        {"workload": "ranker", "end": end.timestamp(), "requests": n, "success": n,
+         "failure": 0, "latency": {"unit": "ms", "le": [10, 50, 100],
+                                   "counts": [n // 2, n - n // 10, n, n], "cumulative": True,
+                                   "sum": 30.0 * n}}
+        for end, n in windows]}
+
+
+@pytest.fixture
+def october(team, settings, post_batch, client, django_capture_on_commit_callbacks):
+    """The scenario of the module docstring, sent through the ingest APIs and rolled up."""
+    from greenops.carbon.models import HostSite, Site
+    from greenops.costs.models import InstanceType, Price
+    from greenops.workloads.models import Workload
+
+    settings.INGEST_MAX_AGE_S = 3 * 365 * 86400  # the month is in the past; the test is not
+    set_zone(team, "Europe/Paris")
+    InstanceType.objects.create(provider="aws", name="g.test", gpu_model="NVIDIA L4",
+                                gpu_count=1, gpu_memory_gib=24, source="test catalog")
+    Price.objects.create(provider="aws", region="eu-test-1", instance_type="g.test",
+                         option="on_demand", usd_per_hour="4.00", method="snapshot",
+                         source="test price list",
+                         as_of=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    host, token = make_host(team, "A", gpus=1)
+    host.instance_type, host.region = "g.test", "eu-test-1"
+    host.save()
+    site = Site.objects.create(team=team, name="Paris DC", pue=1.5,
+                               grid_intensity_override_g_per_kwh=400.0,
+                               override_source="test utility contract")
+    HostSite.objects.create(host=host, site=site)
+    for hour, util in ((S, 50.0), (H0, 2.0), (H1, 50.0), (H2, 50.0), (H3, 50.0)):
+        assert post_batch(token, hour_batch(hour, util)).status_code == 202
+    w = Workload.objects.create(team=team, name="Ranker", slug="ranker", kind="inference")
+    w.gpus.add(host.gpus.get())
+    api_token = ApiToken.issue(team, "app")[1]
+    doc = inference_doc([(H1 + dt.timedelta(minutes=10), 1000),
+                         (H2 + dt.timedelta(minutes=10), 2000),
+                         (H3 + dt.timedelta(minutes=30), 500)])
+    with django_capture_on_commit_callbacks(execute=True):
+        r = client.post("/api/v1/inference", gz(doc), content_type="application/json",
+                        HTTP_AUTHORIZATION=f"Bearer {api_token}", HTTP_CONTENT_ENCODING="gzip")
+    assert r.status_code == 202, r.content
+    for hour in (S, H0, H1, H2, H3):
+        rollup.rebuild(team, hour, hour + dt.timedelta(hours=1))
+    return {"host": host, "workload": w, "site": site}
+
+
+def test_month_in_the_team_zone_is_hand_computed(team, october):
+    fig = figures.month_figures(team, OCT, now=AFTER)
+    assert (fig["start"], fig["end"]) == ("2026-09-30T22:00:00+00:00",
+                                          "2026-10-31T23:00:00+00:00")
+    t = fig["totals"]
+    assert t["gpu_energy_kwh"] == pytest.approx(0.6)  # H0 + H1 + H2; H3 (23:30 UTC) is November
+    assert t["energy_kwh"] == pytest.approx(0.6)
+    assert t["facility_energy_kwh"] == pytest.approx(0.9)
+    assert t["co2e_kg"] == pytest.approx(0.36)
+    assert t["co2e_market_kg"] is None  # no supplier-specific factor on the site
+    assert t["cost_usd"] == pytest.approx(12.0)
+    assert t["idle_gpu_hours"] == 1 and t["idle_cost_usd"] == pytest.approx(4.0)
+    assert t["gpu_util_pct"] == pytest.approx(34.0)
+    assert t["gpu_hours"] == pytest.approx(3.0)
+    assert t["requests"] == 3000
+    assert fig["previous"]["energy_kwh"] == pytest.approx(0.2)  # S, in September
+    assert fig["change_pct"]["energy_kwh"] == pytest.approx(200.0)
+    assert fig["hours_with_data"] == 3 and fig["hours_in_month"] == 745  # 31 d + 1 h (DST)
+    (w,) = fig["workloads"]
+    assert w["requests"] == 3000
+    assert w["energy_per_inference_j"] == pytest.approx(720.0)
+    assert w["co2e_per_inference_g"] == pytest.approx(0.12)
+    assert w["cost_per_1k_inferences_usd"] == pytest.approx(4.0)
+    (host,) = fig["hosts"]
+    assert host["scope"].startswith("Scope 3") and host["purchase_option"] == "on_demand"
+    assert host["cost_usd"] == pytest.approx(12.0) and host["running_hours"] == 3
+    (sci,) = fig["sci"]["rows"]
+    assert sci["unit"] == "inference" and sci["sci_g"] == pytest.approx(0.12)
+    assert sci["m_g"] is None
+    by_option = {o["option"]: o["cost_usd"] for o in fig["cost_by_option"]}
+    assert by_option["on_demand"] == pytest.approx(12.0) and by_option["spot"] == 0.0
+    oct31 = next(d for d in fig["daily"] if d["day"] == "2026-10-31")
+    assert oct31["facility_energy_kwh"] == pytest.approx(0.3)  # H2 only: 0.2 x 1.5
+    assert len(fig["daily"]) == 31
+
+
+def test_report_figures_are_the_kpi_engines(team, october):
+    """The totals and workload rows are what the KPI API answers for the same window."""
+    fig = figures.month_figures(team, OCT, now=AFTER)
+    start, end = figures.month_window(team, OCT)
+    k = kpi_queries.kpis(team, None, start, end)
+    for key in ("energy_kwh", "facility_energy_kwh", "co2e_kg", "requests", "gpu_util_pct"):
+        assert fig["totals"][key] == k[key]
+    kw = kpi_queries.kpis(team, october["workload"], start, end)
+    (w,) = fig["workloads"]
+    assert (w["latency_p50_ms"], w["latency_p99_ms"]) == (kw["latency_p50_ms"],
+                                                         kw["latency_p99_ms"])
+
+
+def _generate(team, month=OCT, now=AFTER, trigger=Trigger.COMMAND) -> Report:
+    report = generate.request(team, month, trigger, enqueue=False)
+    return generate.run(report.id, now=now)
+
+
+def _pdf_text(data: bytes) -> str:
+    reader = PdfReader(io.BytesIO(data))
+    assert len(reader.pages) >= 2
+    # Table cells wrap: compare with whitespace collapsed, as a reader sees it.
+    return " ".join(" ".join(p.extract_text() for p in reader.pages).split())
+
+
+def test_csv_pdf_page_and_api_agree(client, users, team, october):
+    report = _generate(team)
+    assert report.status == Status.DONE and report.revision == 1, report.error
+    fig = report.figures
+    # CSV: host rows add up to the total row, which is the report's totals.
+    back = csv_writer.read_totals(bytes(report.csv_data))
+    assert back["total"]["it_kwh"] == pytest.approx(0.6)
+    assert back["total"]["co2e_location_kg"] == pytest.approx(0.36)
+    assert back["total"]["cost_usd"] == pytest.approx(12.0)
+    assert back["total"]["inferences"] == 3000
+    for col in ("gpu_kwh", "it_kwh", "facility_kwh", "co2e_location_kg", "cost_usd",
+                "idle_gpu_hours", "idle_cost_usd"):
+        assert back["hosts_sum"][col] == pytest.approx(back["total"][col]), col
+    # PDF, page and API show the same strings for the same figures.
+    pdf = _pdf_text(bytes(report.pdf_data))
+    client.force_login(users["member"])
+    page = client.get(f"/teams/{team.slug}/reports/{report.id}/").content.decode()
+    api = client.get(f"/api/v1/teams/{team.slug}/reports/{report.id}").json()
+    assert api["figures"] == fig
+    for shown in ("0.600 kWh", "0.900 kWh", "0.360 kg CO2e", "12.00 USD", "+200.0 %",
+                  "720.00 J", "0.1200 g", "4.0000 USD", "34.0 %", "Scope 3 (cat. 1, cloud)",
+                  "Europe/Paris"):
+        assert shown in pdf, shown
+        assert shown in page, shown
+    # The CSV's downloads are the stored bytes, for a member of the team.
+    r = client.get(f"/teams/{team.slug}/reports/{report.id}/report.csv")
+    assert r.status_code == 200 and b"".join(r.streaming_content) == bytes(report.csv_data)
+    r = client.get(f"/teams/{team.slug}/reports/{report.id}/report.pdf")
+    assert r["Content-Type"] == "application/pdf"
+    assert b"".join(r.streaming_content).startswith(b"%PDF")
+
+
+def test_empty_month_is_an_honest_complete_report(client, users, team):
+    report = _generate(team, Month(2026, 8))
+    assert report.status == Status.DONE and report.revision == 1
+    fig = report.figures
+    assert fig["totals"]["energy_kwh"] == 0 and fig["totals"]["cost_usd"] == 0
+    assert fig["hours_with_data"] == 0 and fig["workloads"] == [] and fig["hosts"] == []
+    pdf = _pdf_text(bytes(report.pdf_data))
+    assert "No telemetry for this month" in pdf and "Methodology" in pdf
+    back = csv_writer.read_totals(bytes(report.csv_data))
+    assert back["total"]["it_kwh"] == 0.0
+    client.force_login(users["owner"])
+    html = client.get(f"/teams/{team.slug}/reports/{report.id}/").content.decode()
+    assert "No telemetry for this month" in html and "No workload had inferences" in html
+
+
+def test_late_data_makes_revision_two_with_its_difference(client, users, team, october,
+                                                          post_batch):
+    first = _generate(team)
+    same = _generate(team)
+    assert same.revision is None and same.unchanged_from == first  # nothing changed
+    # An agent replays a spooled hour of October (2026-10-20 08:00 UTC): +0.2 kWh, +$4.
+    host_token = october["host"].set_new_token()
+    october["host"].save()
+    late = dt.datetime(2026, 10, 20, 8, tzinfo=UTC)
+    assert post_batch(host_token, hour_batch(late, 50.0)).status_code == 202
+    rollup.rebuild(team, late, late + dt.timedelta(hours=1))
+    second = _generate(team)
+    assert second.revision == 2
+    diff = {d["figure"]: d for d in second.difference}
+    assert diff["totals.energy_kwh"]["before"] == pytest.approx(0.6)
+    assert diff["totals.energy_kwh"]["after"] == pytest.approx(0.8)
+    assert diff["totals.energy_kwh"]["change"] == pytest.approx(0.2)
+    assert diff["totals.cost_usd"]["change"] == pytest.approx(4.0)  # one more running hour
+    assert "Restated" in _pdf_text(bytes(second.pdf_data))
+    # The first revision is untouched and still downloadable.
+    first.refresh_from_db()
+    assert first.revision == 1 and first.figures["totals"]["energy_kwh"] == pytest.approx(0.6)
+    client.force_login(users["member"])
+    r = client.get(f"/teams/{team.slug}/reports/{first.id}/report.csv")
+    assert r.status_code == 200
+    html = client.get(f"/teams/{team.slug}/reports/{second.id}/").content.decode()
+    assert "Restated:" in html and "totals.energy_kwh" in html and "revision 1" in html
+
+
+def test_a_claimed_report_runs_once(team):
+    report = generate.request(team, Month(2026, 8), enqueue=False)
+    assert generate.run(report.id, now=AFTER) is not None
+    assert generate.run(report.id, now=AFTER) is None  # a redelivered task does nothing
+    assert generate.request(team, Month(2026, 8), enqueue=False).id != report.id
+
+
+def test_outsider_gets_404_for_another_teams_report(client, users, team, other_team):
+    report = _generate(team, Month(2026, 8))
+    client.force_login(users["outsider"])
+    for path in (f"/teams/{team.slug}/reports/{report.id}/",
+                 f"/teams/{team.slug}/reports/{report.id}/report.pdf",
+                 f"/teams/{other_team.slug}/reports/{report.id}/",  # own team, their id
+                 f"/teams/{other_team.slug}/reports/{report.id}/report.csv",
+                 f"/api/v1/teams/{team.slug}/reports/{report.id}"):
+        assert client.get(path).status_code == 404, path
+
+
+def test_bad_month_is_a_4xx_naming_the_field(client, users, team):
+    client.force_login(users["member"])
+    r = client.post(f"/teams/{team.slug}/reports/generate", {"month": "2026-13"})
+    assert r.status_code == 400 and b"month: must be a calendar month" in r.content
+    r = client.post(f"/api/v1/teams/{team.slug}/reports", orjson.dumps({"month": "Oct"}),
+                    content_type="application/json")
+    assert r.status_code == 422 and r.json()["field"] == "month"
+    assert not Report.objects.exists()
+
+
+def test_page_and_api_generate_and_report_status(client, users, team,
+                                                 django_capture_on_commit_callbacks):
+    client.force_login(users["member"])
+    with django_capture_on_commit_callbacks(execute=True):
+        r = client.post(f"/teams/{team.slug}/reports/generate", {"month": "2026-08"})
+    assert r.status_code == 302
+    report = Report.objects.get()
+    assert report.status == Status.DONE and report.trigger == Trigger.PAGE  # eager in tests
+    s = client.get(f"/teams/{team.slug}/reports/{report.id}/status").json()
+    assert s["status"] == "done" and s["progress_pct"] == 100 and s["revision"] == 1
+    assert s["files"]["pdf"].endswith("report.pdf")
+    with django_capture_on_commit_callbacks(execute=True):
+        r = client.post(f"/api/v1/teams/{team.slug}/reports", orjson.dumps({"month": "2026-08"}),
+                        content_type="application/json")
+    assert r.status_code == 202 and r.json()["status"] == "pending"
+    listed = client.get(f"/api/v1/teams/{team.slug}/reports").json()
+    assert [x["unchanged_from_revision"] for x in listed] == [1, None]
+
+
+def test_new_revision_of_a_closed_month_is_emailed_to_subscribers(team, users, mailoutbox):
+    Subscription.objects.create(team=team, user=users["member"])
+    report = _generate(team, Month(2026, 8))
+    (mail,) = mailoutbox
+    assert mail.bcc == ["member@example.com"] and "August 2026" in mail.subject
+    assert {a[0] for a in mail.attachments} == {report.file_name("pdf"),
+                                                report.file_name("csv")}
+    report.refresh_from_db()
+    assert report.emailed_to == ["member@example.com"]
+    _generate(team, Month(2026, 8))  # no change: no second mail
+    assert len(mailoutbox) == 1
+
+
+def test_provisional_month_is_not_emailed(team, users, mailoutbox):
+    Subscription.objects.create(team=team, user=users["member"])
+    report = _generate(team, Month(2026, 11), now=dt.datetime(2026, 11, 15, tzinfo=UTC))
+    assert report.revision == 1 and not report.closed and mailoutbox == []
+
+
+def test_schedule_waits_for_the_month_to_close_plus_grace(team, host, settings):
+    settings.REPORTS_GRACE_HOURS = 48
+    # A UTC team: October closes at 2026-11-01 00:00 UTC; with 48 h grace, due from 3 Nov.
+    assert generate.due_months(dt.datetime(2026, 11, 2, 23, 59, tzinfo=UTC)) == []
+    due = generate.due_months(dt.datetime(2026, 11, 3, 0, 0, tzinfo=UTC))
+    assert [(t.id, str(m)) for t, m in due] == [(team.id, "2026-10")]
+    Report.objects.create(team=team, month=OCT.first_day, status=Status.DONE, revision=1,
+                          closed=True, trigger=Trigger.SCHEDULE)
+    assert generate.due_months(dt.datetime(2026, 11, 3, 1, tzinfo=UTC)) == []  # done once
