@@ -50,10 +50,8 @@ AFTER = dt.datetime(2026, 11, 30, 12, tzinfo=UTC)  # "now" for generation: Octob
 
 
 def set_zone(team, name: str) -> None:
-    """The team's time zone: Team.time_zone where the teams app has it."""
     team.time_zone = name
-    if any(f.name == "time_zone" for f in team._meta.get_fields()):
-        team.save(update_fields=["time_zone"])
+    team.save(update_fields=["time_zone"])
 
 
 def hour_batch(hour: dt.datetime, util_pct: float) -> dict:
@@ -319,12 +317,17 @@ def test_provisional_month_is_not_emailed(team, users, mailoutbox):
     assert report.revision == 1 and not report.closed and mailoutbox == []
 
 
-def test_schedule_waits_for_the_month_to_close_plus_grace(team, host, settings):
+def test_schedule_waits_for_the_month_to_close_in_the_teams_zone_plus_grace(team, host,
+                                                                          settings):
     settings.REPORTS_GRACE_HOURS = 48
-    # A UTC team: October closes at 2026-11-01 00:00 UTC; with 48 h grace, due from 3 Nov.
-    assert generate.due_months(dt.datetime(2026, 11, 2, 23, 59, tzinfo=UTC)) == []
-    due = generate.due_months(dt.datetime(2026, 11, 3, 0, 0, tzinfo=UTC))
+    set_zone(team, "Europe/Paris")
+    # October closes at 2026-10-31 23:00 UTC in Paris (UTC+1); with 48 h grace, due from
+    # 2026-11-02 23:00 UTC (a UTC team would wait until 3 Nov 00:00).
+    assert generate.due_months(dt.datetime(2026, 11, 2, 22, 59, tzinfo=UTC)) == []
+    due = generate.due_months(dt.datetime(2026, 11, 2, 23, 0, tzinfo=UTC))
     assert [(t.id, str(m)) for t, m in due] == [(team.id, "2026-10")]
-    Report.objects.create(team=team, month=OCT.first_day, status=Status.DONE, revision=1,
-                          closed=True, trigger=Trigger.SCHEDULE)
-    assert generate.due_months(dt.datetime(2026, 11, 3, 1, tzinfo=UTC)) == []  # done once
+    ids = generate.schedule(dt.datetime(2026, 11, 2, 23, 0, tzinfo=UTC))
+    report = Report.objects.get(id__in=ids)
+    assert report.trigger == Trigger.SCHEDULE and report.time_zone == "Europe/Paris"
+    # Requested once: while it is pending, and once it is done, it is not requested again.
+    assert generate.due_months(dt.datetime(2026, 11, 3, 1, tzinfo=UTC)) == []

@@ -83,9 +83,8 @@ class Month:
 
 
 def team_zone_name(team: Team) -> str:
-    """The team's IANA time zone (Team.time_zone; UTC where a team has none)."""
-    name = getattr(team, "time_zone", "") or "UTC"
-    return name if name in windows.time_zone_names() else "UTC"
+    """The team's IANA time zone (Team.time_zone, validated when it is set)."""
+    return team.time_zone or "UTC"
 
 
 def team_zone(team: Team) -> ZoneInfo:
@@ -302,7 +301,7 @@ def _jobs(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
 
 def _recommendations(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
     """The cost model's recommendations as they stood at month end (window = the month)."""
-    from greenops.costs.report import team_recommendations
+    from greenops.costs.team_recommendations import team_recommendations
 
     days = max(1, round((end - start).total_seconds() / 86400))
     try:
