@@ -53,6 +53,7 @@ class Shipper:
         self.failures = 0  # consecutive failed attempts, drives the backoff
         self.sent_batches = 0
         self.rejected_batches = 0
+        self.refused_windows = 0  # inference windows the server stored a batch without
         self._reinventoried: set[str] = set()  # batches already retried after re-registering
         self._not_before = 0.0  # earliest time of the next attempt (inventory or batch)
         self._wake = threading.Event()
@@ -126,6 +127,7 @@ class Shipper:
             self.failures = 0
             self._reinventoried.discard(head.batch_id)
             log.debug("batch %s delivered (%d samples)", head.batch_id, head.samples)
+            self._log_refused(head, resp)
             return 0.0
         if outcome == PERMANENT:
             field = resp.error_field() or ""
@@ -163,6 +165,15 @@ class Shipper:
         delay = self._fail(resp)
         self.spool.defer(head.batch_id, self.clock() + delay, resp.describe())
         return delay
+
+    def _log_refused(self, head: SpooledBatch, resp: Response) -> None:
+        """/inference stores the valid windows of a batch and names the ones it refused; those
+        are not resent (the server refused them for good), but each is logged with its field."""
+        refused = resp.refused()
+        for item in refused:
+            log.error("server refused window %s of batch %s (%s: %s)", item.get("index"),
+                      head.batch_id, item.get("field"), item.get("message"))
+        self.refused_windows += len(refused)
 
     def _fail(self, resp: Response) -> float:
         if self._flush_deadline is not None:

@@ -50,6 +50,15 @@ class Response:
         field = doc.get("field") if isinstance(doc, dict) else None
         return field if isinstance(field, str) else None
 
+    def refused(self) -> list[dict]:
+        """The ``refused`` items of an accepted answer (windows stored without these)."""
+        try:
+            doc = json.loads(self.body)
+        except ValueError:
+            return []
+        items = doc.get("refused") if isinstance(doc, dict) else None
+        return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
     def describe(self) -> str:
         head = f"HTTP {self.status}" if self.status is not None else "no response"
         return f"{head}: {self.body[:500]}" if self.body else head

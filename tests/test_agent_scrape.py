@@ -582,3 +582,46 @@ def test_a_target_inconsistent_three_times_in_a_row_is_rebased(metrics):
     assert s.previous.at == 4.0  # the third inconsistent scrape became the base
     metrics.body = (DATA / "vllm_metrics_2.txt").read_text() + START.format("1.7644752e+09")
     assert s.scrape(5.0)["requests"] == 75  # counted from the new base
+
+
+# --- one bad window loses only itself (issue 8 item 6), the agent's side -----------------------
+
+
+def test_a_page_with_non_cumulative_buckets_is_never_sent(metrics):
+    """The agent does not send a histogram the server would refuse: buckets that are not
+    cumulative within one page make the scrape unreadable (nothing sent, base kept)."""
+    s = scraper_for(metrics, "vllm")
+    metrics.serve("vllm_metrics_1.txt")
+    assert s.scrape(1.0) is None
+    metrics.serve("vllm_metrics_2.txt")
+    line = next(x for x in metrics.body.splitlines()
+                if x.startswith("vllm:e2e_request_latency_seconds_bucket") and 'le="0.5"' in x)
+    metrics.body = metrics.body.replace(line, line.rsplit(" ", 1)[0] + " 500.0")  # > le="0.8"
+    assert s.scrape(2.0) is None
+    metrics.serve("vllm_metrics_2.txt")
+    assert s.scrape(3.0)["requests"] == 75
+
+
+def test_the_shipper_acks_a_partly_refused_batch_and_logs_each_refused_window(
+        metrics, tmp_path, caplog):
+    target = parse_target({"url": metrics.url, "kind": "vllm", "workload": "chat"}, "s")
+    clock = iter([100.0, 115.0, 130.0])
+    channel = ScrapeChannel([target], interval_s=15, clock=lambda: next(clock))
+    for fixture in ("vllm_metrics_1.txt", "vllm_metrics_2.txt", "vllm_metrics_3_restarted.txt"):
+        metrics.serve(fixture)
+        channel.scrape_all()
+    spool = Spool(tmp_path / "spool.db")
+    channel.seal(spool)
+    answer = {"status": "stored", "windows": 1, "refused": [
+        {"index": 1, "field": "windows[1].workload", "message": "must be the slug of a workload"}]}
+    server = FakeServer(script=[(202, {}, answer)]).start()
+    try:
+        shipper = Shipper(spool, HttpTransport(server.url, "tok"), None)
+        with caplog.at_level("ERROR", logger="collectors.shipper"):
+            shipper.step()
+    finally:
+        server.stop()
+    assert spool.head() is None  # acknowledged: the valid window is stored, nothing resent
+    spool.close()
+    assert shipper.refused_windows == 1 and shipper.sent_batches == 1
+    assert "windows[1].workload" in caplog.text
