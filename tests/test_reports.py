@@ -331,3 +331,20 @@ def test_schedule_waits_for_the_month_to_close_in_the_teams_zone_plus_grace(team
     assert report.trigger == Trigger.SCHEDULE and report.time_zone == "Europe/Paris"
     # Requested once: while it is pending, and once it is done, it is not requested again.
     assert generate.due_months(dt.datetime(2026, 11, 3, 1, tzinfo=UTC)) == []
+
+
+def test_alert_summary_counts_firings_in_the_month_and_the_state_at_its_end(team):
+    from greenops.alerts.models import Rule, RuleEvent, State
+
+    set_zone(team, "Europe/Paris")
+    rule = Rule.objects.create(team=team, name="Ranker too slow", kind="threshold",
+                               kpi="latency_p99_ms", fire_level=200.0,
+                               created_at=dt.datetime(2026, 9, 1, tzinfo=UTC))
+    for at, a, b in ((dt.datetime(2026, 10, 10, tzinfo=UTC), State.OK, State.FIRING),
+                     (dt.datetime(2026, 10, 11, tzinfo=UTC), State.FIRING, State.OK),
+                     (H2 + dt.timedelta(minutes=30), State.OK, State.FIRING),  # 31 Oct, 23:30 CET
+                     (H3 + dt.timedelta(minutes=30), State.FIRING, State.OK)):  # November
+        RuleEvent.objects.create(rule=rule, at=at, from_state=a, to_state=b)
+    fig = figures.month_figures(team, OCT, now=AFTER)
+    assert fig["alerts"]["rows"] == [{"rule": "Ranker too slow", "what": "latency_p99_ms",
+                                      "fired": 2, "state": "Firing"}]

@@ -347,11 +347,21 @@ def _sci(workloads: list[dict], jobs: list[dict], hosts: list[dict]) -> dict:
 
 
 def _alerts(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
-    try:
-        from greenops.alerts import summary as alert_summary  # type: ignore[attr-defined]
-    except ImportError:
-        return {"available": False, "note": "alerts are not part of this GreenOps version yet"}
-    return {"available": True, **alert_summary.for_report(team, start, end)}
+    """Per alert rule that existed in the month: how often it started firing in the month and
+    its state at month end (from the alerts app's state-change history)."""
+    from greenops.alerts.models import Rule, RuleEvent, State
+
+    rows = []
+    for rule in Rule.objects.filter(team=team, created_at__lt=end).order_by("name"):
+        events = RuleEvent.objects.filter(rule=rule, at__lt=end)
+        fired = events.filter(at__gte=start, to_state=State.FIRING).exclude(
+            from_state=State.FIRING).count()
+        last = events.order_by("-at", "-id").first()
+        state = last.to_state if last is not None else State.OK
+        rows.append({"rule": rule.name, "what": rule.kpi or rule.kind, "fired": fired,
+                     "state": State(state).label})
+    note = "" if rows else "no alert rule existed in this month"
+    return {"available": True, "rows": rows, "note": note}
 
 
 def _methodology(totals: dict, hosts: list[dict]) -> dict:

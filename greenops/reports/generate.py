@@ -96,7 +96,7 @@ def _store(report: Report, fig: dict, now: dt.datetime) -> bool:
         report.difference = diff
         report.csv_data = csv_writer.write(fig)
         report.pdf_data = pdf_writer.write(fig, report.revision, diff)
-        report.stage = "done"
+        report.stage = f"revision {report.revision} ready"
         report.save()
         return True
 

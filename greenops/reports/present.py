@@ -139,12 +139,13 @@ def recommendations(fig: dict) -> Table:
 
 def alerts(fig: dict) -> Table:
     a = fig["alerts"]
-    if not a.get("available"):
-        return Table("alerts", "Alerts", [], [], empty=a.get("note", "not available"))
-    rows = [[str(r.get("rule", "")), str(r.get("fired", "")), str(r.get("state", ""))]
-            for r in a.get("rows", [])]
-    return Table("alerts", "Alerts", ["Rule", "Times fired", "State at month end"], rows,
-                 empty="No alert fired this month.")
+    rows = [[r["rule"], r["what"], num(r["fired"], 0), r["state"]] for r in a["rows"]]
+    return Table("alerts", "Alerts", ["Rule", "Watches", "Times fired", "State at month end"],
+                 rows, empty=a["note"] or "No alert rule.")
+
+
+def _utc(iso: str) -> str:
+    return iso[:16].replace("T", " ")
 
 
 def methodology(fig: dict) -> list[tuple[str, str]]:
@@ -153,7 +154,7 @@ def methodology(fig: dict) -> list[tuple[str, str]]:
     return [
         ("Methodology version", m["version"]),
         ("Month", f"{fig['month_label']} in {fig['time_zone']} "
-                  f"({fig['start']} to {fig['end']} UTC)"),
+                  f"({_utc(fig['start'])} to {_utc(fig['end'])} UTC)"),
         ("Coverage", f"{fig['hours_with_data']} of {fig['hours_in_month']} hours have data"),
         ("Energy", m["energy"]),
         ("PUE sources", m["pue_sources"] or "no energy this month"),
