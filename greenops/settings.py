@@ -252,7 +252,16 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = envint("CELERY_WORKER_PREFETCH_MULTIPLIER", 
 # Celery's Django fixup otherwise closes the database connection after every task: a new
 # PostgreSQL backend per ingest batch. Reuse it for this many tasks (bench/ingest: ~2x batches/s).
 CELERY_DB_REUSE_MAX = envint("CELERY_DB_REUSE_MAX", 100)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600)}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600),
+    # A request that queues a task must not hang on a broker that does not answer.
+    "socket_connect_timeout": envfloat("CELERY_BROKER_CONNECT_TIMEOUT_S", 1.0),
+    "socket_timeout": envfloat("CELERY_BROKER_SOCKET_TIMEOUT_S", 5.0),
+    # Publishing gives up at once when the broker is down (kombu otherwise retries the
+    # connection for seconds while the web request waits). Ingest needs no retry here: beat
+    # re-queues batches still pending.
+    "max_retries": envint("CELERY_BROKER_PUBLISH_RETRIES", 0),
+}
 CELERY_BEAT_SCHEDULE = {
     # Safety net: batches whose queue message was lost (Redis restart) are still stored.
     "ingest-catch-up": {

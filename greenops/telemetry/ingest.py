@@ -127,7 +127,9 @@ def _enqueue(task, batch_id: str) -> None:
     """The batch is already durable: if the broker is unreachable, the agent must still get its
     202 (beat's catch-up stores the batch once the broker is back), not a 500 it would retry."""
     try:
-        task.delay(batch_id)
+        # No publish retries: with the broker down each retry held the agent's request
+        # (0.7 s per POST); beat's catch-up re-queues pending batches anyway.
+        task.apply_async((batch_id,), retry=False)
     except Exception:  # kombu raises several types for a broker that is down
         log.warning("could not queue batch %s; beat will pick it up", batch_id, exc_info=True)
 
