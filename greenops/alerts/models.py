@@ -188,6 +188,17 @@ class Rule(models.Model):
             return f"workload {self.workload.name}"
         return f"team {self.team.name}"
 
+    @property
+    def unit(self) -> str:
+        """The unit of the value the rule compares (what its chart and messages show)."""
+        from greenops.alerts.figures import KPIS
+
+        if self.kind == RuleKind.STOPPED:
+            return "hosts"
+        if self.kind == RuleKind.CHANGE:
+            return "%"
+        return KPIS[self.kpi].unit if self.kpi in KPIS else ""
+
     def effective_clear_level(self) -> float | None:
         return self.fire_level if self.clear_level is None else self.clear_level
 

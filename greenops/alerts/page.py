@@ -16,11 +16,16 @@ STATE_COLOURS = {"ok": "#15803d", "pending": "#b45309", "firing": "#b91c1c",
 
 
 def rule_chart(rule: Rule, days: int = 7) -> dict | None:
-    since = timezone.now() - dt.timedelta(days=days)
+    now = timezone.now()
+    since = now - dt.timedelta(days=days)
     points = list(rule.values.filter(at__gte=since).values_list("at", "value"))
     if not points:
         return None
     xs = [t.isoformat() for t, _ in points]
+    # At least the last hour is shown, so a new rule's first points and its levels read as
+    # lines over time, not as dots on a millisecond axis.
+    start = min(points[0][0], now - dt.timedelta(hours=1))
+    x0, x1 = start.isoformat(), (now + (now - start) * 0.03).isoformat()  # room for the last dot
     if rule.kind == RuleKind.STOPPED:
         unit, title = "hosts", "Hosts not reporting"
     elif rule.kind == RuleKind.CHANGE:
@@ -44,7 +49,7 @@ def rule_chart(rule: Rule, days: int = 7) -> dict | None:
             levels.append(("clears", rule.clear_level, "#15803d"))
     for name, y, colour in levels:
         data.append({"type": "scatter", "mode": "lines", "name": f"{name} at {y:g}",
-                     "x": [xs[0], xs[-1]], "y": [y, y],
+                     "x": [x0, x1], "y": [y, y], "hoverinfo": "skip",
                      "line": {"dash": "dash", "color": colour, "width": 1}})
     events = list(rule.events.filter(at__gte=since).order_by("at"))
     if events:
@@ -55,6 +60,7 @@ def rule_chart(rule: Rule, days: int = 7) -> dict | None:
                                 "color": [STATE_COLOURS.get(e.to_state, "#111") for e in events]},
                      "hovertemplate": "%{text}<extra></extra>"})
     return {"data": data, "layout": {
-        **LAYOUT, "title": {"text": f"{title}, last {days} days (one point per evaluation)"},
+        **LAYOUT, "title": {"text": f"{title}, last {days} days"},  # a point per evaluation
         "showlegend": True, "legend": {"orientation": "h", "y": -0.2},
-        "yaxis": {"title": {"text": unit}, "gridcolor": "#e5e7eb"}}}
+        "xaxis": {**LAYOUT["xaxis"], "range": [x0, x1]},
+        "yaxis": {"title": {"text": unit}, "gridcolor": "#e5e7eb", "rangemode": "tozero"}}}
