@@ -348,3 +348,21 @@ def test_alert_summary_counts_firings_in_the_month_and_the_state_at_its_end(team
     fig = figures.month_figures(team, OCT, now=AFTER)
     assert fig["alerts"]["rows"] == [{"rule": "Ranker too slow", "what": "latency_p99_ms",
                                       "fired": 2, "state": "Firing"}]
+
+
+def test_market_based_carbon_and_embodied_m_where_the_site_records_them(team, october):
+    site = october["site"]
+    site.supplier_intensity_g_per_kwh = 100.0
+    site.supplier_intensity_source = "green tariff contract"
+    site.supplier_intensity_year = 2026
+    site.embodied_co2e_g_per_gpu_hour = 50.0
+    site.embodied_source = "vendor LCA"
+    site.save()
+    fig = figures.month_figures(team, OCT, now=AFTER)
+    # 0.9 facility kWh x 100 g/kWh = 90 g; location-based stays 360 g.
+    assert fig["totals"]["co2e_market_kg"] == pytest.approx(0.09)
+    assert fig["totals"]["co2e_kg"] == pytest.approx(0.36)
+    assert fig["hosts"][0]["market_factor_source"] == "green tariff contract (2026)"
+    # SCI per inference = (E x I + M) / R = (360 g + 3 GPU-hours x 50 g) / 3000 = 0.17 g.
+    (sci,) = fig["sci"]["rows"]
+    assert sci["m_g"] == pytest.approx(150.0) and sci["sci_g"] == pytest.approx(0.17)

@@ -38,6 +38,19 @@ class Site(models.Model):
     region = models.CharField(max_length=64, blank=True,
                               help_text="US state (VA), or cloud region (us-east-1, eastus)")
     provider = models.CharField(max_length=20, blank=True, help_text="aws, gcp, azure or empty")
+    # Market-based Scope 2 (GHG Protocol): the supplier-specific factor of the electricity the
+    # site buys (contract, green tariff, residual mix); reports show it beside location-based.
+    supplier_intensity_g_per_kwh = models.FloatField(
+        null=True, blank=True, validators=INTENSITY_VALIDATORS,
+        help_text="Supplier-specific factor, g CO2e/kWh (market-based); empty = not recorded")
+    supplier_intensity_source = models.CharField(max_length=200, blank=True,
+                                                 help_text="Contract or disclosure it comes from")
+    supplier_intensity_year = models.PositiveSmallIntegerField(null=True, blank=True)
+    # SCI's M: the hardware's manufacturing emissions amortised over its life, per GPU-hour.
+    embodied_co2e_g_per_gpu_hour = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.0)],
+        help_text="Embodied emissions amortised per GPU-hour, g CO2e; empty = not recorded")
+    embodied_source = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

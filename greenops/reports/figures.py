@@ -381,6 +381,10 @@ def _methodology(totals: dict, hosts: list[dict]) -> dict:
                 "and on-premises hosts are paid for every hour they existed.",
         "pue_sources": totals["pue_source"], "intensity_sources": totals["intensity_source"],
         "cpu_ram_method": totals["cpu_ram_method"] or "not measured",
+        "market_sources": sorted({f"{h['site']}: {h['market_factor_source']}"
+                                  for h in hosts if h["co2e_market_kg"] is not None}),
+        "embodied_sources": sorted({h["site"] for h in hosts
+                                    if h["embodied_co2e_g_per_gpu_hour"] is not None}),
         "price_sources": price_sources, "price_problems": problems,
         "simulated": totals["simulated"],
     }

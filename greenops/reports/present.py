@@ -161,6 +161,9 @@ def methodology(fig: dict) -> list[tuple[str, str]]:
         ("Carbon, location-based", m["carbon_location"]),
         ("Intensity sources", m["intensity_sources"] or "no energy this month"),
         ("Carbon, market-based", m["carbon_market"]),
+        ("Supplier factors", "; ".join(m.get("market_sources", [])) or "none recorded"),
+        ("Embodied emissions (SCI M)", "recorded for " + ", ".join(m["embodied_sources"])
+         if m.get("embodied_sources") else "not recorded"),
         ("Scope", "Electricity bought by the team's own site is Scope 2; cloud hosts' emissions "
                   "are the customer's Scope 3, category 1. Each host row says which applies."),
         ("CPU and RAM", m["cpu_ram_method"]),
