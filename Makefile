@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test setup browser services lint bench clean
+.PHONY: demo test setup browser services lint bench mutate clean
 
 $(VENV)/.installed: pyproject.toml collectors/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ bench: setup services
 	$(PY) bench/ingest
 	$(PY) bench/dashboard
 	$(PY) bench/agent
+
+# Mutation testing of the accounting core (mutmut, one worker, module by module; NOT part of
+# `make test` or CI: it takes tens of minutes). `make mutate MODULES="store metrics"` for some;
+# survivors and their explanations: tests/mutation/SURVIVORS.md.
+mutate: setup services
+	$(PY) tests/mutation/run.py $(MODULES)
 
 clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache .ruff_cache
