@@ -124,6 +124,7 @@ INSTALLED_APPS = [
     "greenops.carbon",
     "greenops.alerts",
     "greenops.reports",
+    "greenops.benchmarks",
     "dashboards",
 ]
 

@@ -15,8 +15,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
+from greenops.benchmarks.runs import store_run
 from greenops.teams.models import ApiToken, AuditEvent
 from greenops.teams.permissions import MATRIX, ROLE_ORDER
+from tests.test_benchmarks import run_doc
 from tests.test_carbon_emissions_csv import V2_CSV
 from tests.test_teams_permissions import ROLES, _patterns
 
@@ -47,6 +49,11 @@ PAGES = [
     ("carbon-runs", "get", "/teams/{slug}/carbon/runs/", "viewer", 200, None),
     ("carbon-upload", "post", "/teams/{slug}/carbon/runs/upload", "member", 302, _csv_upload),
     ("carbon-sites", "get", "/teams/{slug}/carbon/sites/", "viewer", 200, None),
+    ("benchmarks", "get", "/teams/{slug}/benchmarks/", "viewer", 200, None),
+    ("benchmark-history", "get", "/teams/{slug}/benchmarks/{workload}/", "viewer", 200, None),
+    ("benchmark-run", "get", "/teams/{slug}/benchmarks/runs/{run}/", "viewer", 200, None),
+    ("benchmark-ack", "post", "/teams/{slug}/benchmarks/runs/{run}/acknowledge/", "member", 302,
+     {"kpi": "energy_per_inference_j", "reason": "bigger model, agreed in review"}),
 ]
 API = [
     ("api-usage", "get", "/api/v1/teams/{slug}/usage", "viewer", 200, None),
@@ -56,6 +63,8 @@ API = [
     ("api-kpis", "get", "/api/v1/teams/{slug}/kpis", "viewer", 200, None),
     ("api-recommendations", "get", "/api/v1/teams/{slug}/recommendations", "viewer", 200, None),
     ("api-costs", "get", "/api/v1/teams/{slug}/costs", "viewer", 200, None),
+    ("api-benchmark-ack", "post", "/api/v1/teams/{slug}/benchmarks/runs/{run}/acknowledge",
+     "member", 201, {"kpi": "energy_per_inference_j", "reason": "bigger model"}),
 ]
 CASES = PAGES + API
 IDS = [c[0] for c in CASES]
@@ -70,7 +79,9 @@ def things(team, host):
     job = TrainingJob.objects.create(team=team, workload=workload, name="run 1",
                                      started_at=timezone.now())
     token, _ = ApiToken.issue(team, "deploy")
-    return {"host": host[0].id, "workload": workload.slug, "job": job.id, "token": token.id}
+    run, _ = store_run(team, run_doc(regress_pct=20.0))
+    return {"host": host[0].id, "workload": workload.slug, "job": job.id, "token": token.id,
+            "run": run.id}
 
 
 def _path(template: str, team, things) -> str:
@@ -182,6 +193,8 @@ TOKEN_ENDPOINTS = [
     ("post", "/api/v1/training-jobs"),
     ("post", "/api/v1/inference"),
     ("post", "/api/v1/codecarbon/emissions-csv"),
+    ("post", "/api/v1/benchmarks/runs"),
+    ("get", "/api/v1/benchmarks/baseline?workload=ranker&branch=main&hardware_key=x"),
 ]
 
 
@@ -194,13 +207,15 @@ def test_machine_endpoints_want_a_token_not_a_session(client, team_roles, method
 
 def _team_url_modules():
     from dashboards import urls as dashboards_urls
+    from greenops.benchmarks import urls as benchmarks_urls
     from greenops.carbon import urls as carbon_urls
     from greenops.costs import urls as costs_urls
     from greenops.kpis import urls as kpis_urls
     from greenops.workloads import urls as workloads_urls
 
     # The apps' url modules are mounted under teams/<slug>/; dashboards' team pages carry it.
-    for module in (workloads_urls, kpis_urls, costs_urls, carbon_urls, dashboards_urls):
+    for module in (workloads_urls, kpis_urls, costs_urls, carbon_urls, benchmarks_urls,
+                   dashboards_urls):
         for pattern in _patterns(module.urlpatterns):
             route = str(pattern.pattern)
             if module is dashboards_urls and "<slug:slug>" not in route:
@@ -236,7 +251,7 @@ def _session_team_operations():
 
 def test_every_team_endpoint_of_these_apps_checks_the_matrix_and_is_tested():
     modules = {"greenops.api.v1", "greenops.workloads.api", "greenops.kpis.api",
-               "greenops.costs.api", "greenops.carbon.api"}
+               "greenops.costs.api", "greenops.carbon.api", "greenops.benchmarks.api"}
     covered = {(c[1].upper(), c[2].removeprefix("/api/v1")) for c in API}
     seen = 0
     for path, op in _session_team_operations():

@@ -22,7 +22,7 @@ def test_matrix_says_what_the_issue_says():
     viewer = allowed_actions("viewer")
     assert viewer == {"team.view", "hosts.view", "members.view"}  # viewers read
     assert allowed_actions("member") - viewer == {"alerts.manage", "reports.manage",
-                                                  "runs.upload"}
+                                                  "runs.upload", "benchmarks.acknowledge"}
     assert allowed_actions("admin") - allowed_actions("member") == {
         "hosts.manage", "workloads.manage", "channels.manage", "tokens.manage", "audit.view"}
     assert allowed_actions("owner") - allowed_actions("admin") == {"members.manage",

@@ -168,6 +168,10 @@ api.add_router("/", costs_router)
 api.add_router("/", carbon_router)
 api.add_router("/", reports_router)
 
+from greenops.benchmarks.api import router as benchmarks_router  # noqa: E402
+
+api.add_router("/", benchmarks_router)
+
 from greenops.alerts.api import router as alerts_router  # noqa: E402
 from greenops.teams.api import router as teams_router  # noqa: E402
 from greenops.telemetry.api_enroll import router as hosts_router  # noqa: E402

@@ -38,6 +38,9 @@ MATRIX: dict[str, Rule] = {
     "reports.manage": Rule(Role.MEMBER, "Create and schedule reports"),
     # Uploaded codecarbon runs are measurements a member brings, like a report, not team setup.
     "runs.upload": Rule(Role.MEMBER, "Upload codecarbon emissions.csv runs"),
+    # Accepting a measured regression is a review decision, like a code review's approval.
+    "benchmarks.acknowledge": Rule(Role.MEMBER, "Acknowledge a benchmark regression with a "
+                                   "reason"),
     "hosts.manage": Rule(Role.ADMIN, "Add hosts, revoke or rotate host tokens, remove hosts"),
     "workloads.manage": Rule(Role.ADMIN, "Register and change workloads"),
     "channels.manage": Rule(Role.ADMIN, "Configure notification channels"),
