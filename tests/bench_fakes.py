@@ -75,7 +75,11 @@ def fake_benchmark() -> int:
     joules = profile["joules"][i % len(profile["joules"])]
     path = Path(os.environ["BENCH_FAKES_ENERGY_FILE"])
     used_mj = int(path.read_text() or "0") if path.exists() else 0
-    path.write_text(str(used_mj + round(joules * 1000)))
+    # Written aside and renamed: the agent's sampler thread reads the file meanwhile, and a
+    # half-written (truncated) file would look like a counter reset.
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(str(used_mj + round(joules * 1000)))
+    os.replace(tmp, path)
     result = os.environ.get("GREENOPS_BENCH_RESULT")
     if result:
         doc: dict = {"count": profile["count"]}
