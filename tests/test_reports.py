@@ -366,3 +366,21 @@ def test_market_based_carbon_and_embodied_m_where_the_site_records_them(team, oc
     # SCI per inference = (E x I + M) / R = (360 g + 3 GPU-hours x 50 g) / 3000 = 0.17 g.
     (sci,) = fig["sci"]["rows"]
     assert sci["m_g"] == pytest.approx(150.0) and sci["sci_g"] == pytest.approx(0.17)
+
+
+def test_report_command_backfills_months_and_names_bad_arguments(team, capsys):
+    from django.core.management import CommandError, call_command
+
+    call_command("report", "--team", team.slug, "--backfill", "2")
+    out = capsys.readouterr()
+    last = figures.current_month(team).previous()
+    assert out.out.splitlines() == [f"{team.slug} {last.previous()}: revision 1",
+                                    f"{team.slug} {last}: revision 1"]
+    assert "[##############################] 2/2" in out.err  # the progress bar
+    call_command("report", "--all", "--month", str(last))
+    assert capsys.readouterr().out.strip() == f"{team.slug} {last}: no change, revision 1 stands"
+    with pytest.raises(CommandError, match="--month"):
+        call_command("report", "--team", team.slug, "--month", "2026-13")
+    with pytest.raises(CommandError, match="--team"):
+        call_command("report", "--team", "nope")
+    assert Report.objects.filter(trigger=Trigger.COMMAND).count() == 3
