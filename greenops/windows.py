@@ -114,28 +114,32 @@ class Window:
         return out
 
     def coverage(self, measured_s: float | None) -> dict:
-        """How much of the window was measured: {"measured_s", "span_s", "share", "text"},
-        e.g. text "measured 1 min of 24 h". None measured_s means unknown."""
-        if measured_s is None:
-            return {"measured_s": None, "span_s": self.span_s, "share": None,
-                    "text": "measured time unknown"}
-        return {"measured_s": measured_s, "span_s": self.span_s,
-                "share": measured_s / self.span_s,
-                "text": f"measured {_human_span(measured_s)} of {_human_span(self.span_s)}"}
+        return coverage(measured_s, self.span_s)
 
     def as_dict(self) -> dict:
         return {"key": self.key, "label": self.label, "start": self.start.isoformat(),
                 "end": self.end.isoformat(), "span_s": self.span_s}
 
 
-def measured_seconds(intervals: Iterable[tuple[dt.datetime, dt.datetime]],
-                     window: Window) -> float:
-    """Length of the union of `intervals` inside `window`, in seconds: the time that was
-    actually measured. Overlapping intervals (two senders, a resend) count once."""
-    clipped = sorted((max(s, window.start), min(e, window.end)) for s, e in intervals)
+def coverage(measured_s: float | None, period_s: float) -> dict:
+    """How much of a period was measured: {"measured_s", "period_s", "share", "text"}, text
+    e.g. "measured 1 min of 24 h". measured_s None means unknown (a sender gave no start)."""
+    if measured_s is None:
+        return {"measured_s": None, "period_s": period_s, "share": None,
+                "text": f"measured time unknown (of {_human_span(period_s)}): a sender did not "
+                        "say when its counting windows started"}
+    text = (f"measured {_human_span(measured_s)} of {_human_span(period_s)}" if measured_s
+            else f"nothing measured in {_human_span(period_s)}")
+    return {"measured_s": measured_s, "period_s": period_s,
+            "share": measured_s / period_s if period_s else None, "text": text}
+
+
+def union_seconds(intervals: Iterable[tuple[dt.datetime, dt.datetime]]) -> float:
+    """Length of the union of [start, end) intervals in seconds: overlapping intervals (two
+    replicas of a server, a resend) count once."""
     total = 0.0
     cur_s = cur_e = None
-    for s, e in clipped:
+    for s, e in sorted(intervals):
         if e <= s:
             continue
         if cur_e is None or s > cur_e:
@@ -147,6 +151,13 @@ def measured_seconds(intervals: Iterable[tuple[dt.datetime, dt.datetime]],
     if cur_e is not None:
         total += (cur_e - cur_s).total_seconds()
     return total
+
+
+def measured_seconds(intervals: Iterable[tuple[dt.datetime, dt.datetime]],
+                     window: Window) -> float:
+    """Length of the union of `intervals` inside `window`, in seconds: the time that was
+    actually measured. Overlapping intervals (two senders, a resend) count once."""
+    return union_seconds((max(s, window.start), min(e, window.end)) for s, e in intervals)
 
 
 # ---- Named ranges -------------------------------------------------------------------------------

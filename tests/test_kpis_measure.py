@@ -56,7 +56,9 @@ def add_host_energy(host, hour, cpu_j, ram_j):
                                   cpu_method="rapl", ram_method="constant", samples=60)
 
 
-def add_windows(workload, hour, requests=(1000, 2000, 635), latencies=None):
+def add_windows(workload, hour, requests=(1000, 2000, 635), latencies=None, with_start=False):
+    """Windows ending 10, 20, 30 ... minutes into `hour`; with_start: each began 10 minutes
+    before its end (the agent's previous scrape), so together they measured 10 min each."""
     from greenops.kpis import histogram
     from greenops.kpis.models import InferenceBatch, InferenceWindow
 
@@ -65,6 +67,7 @@ def add_windows(workload, hour, requests=(1000, 2000, 635), latencies=None):
     for i, n in enumerate(requests):
         InferenceWindow.objects.create(
             batch=batch, workload=workload, end=hour + dt.timedelta(minutes=10 * (i + 1)),
+            start=hour + dt.timedelta(minutes=10 * i) if with_start else None,
             requests=n, success=n, failure=0,
             latency_buckets=histogram.to_json(histogram.from_values(latencies or [])))
     return batch
@@ -123,14 +126,16 @@ def test_a_host_without_price_makes_the_cost_unknown_never_partial(scenario):
 
 def test_energy_per_inference_over_a_window_with_known_counts(scenario):
     w = scenario["workload"]
-    add_windows(w, H)
+    add_windows(w, H, with_start=True)
     add_windows(w, H + dt.timedelta(hours=1), requests=(999,))  # outside the window
     t = measure.measure_gpus(list(w.gpu_queryset().select_related("host")), H,
                              H + dt.timedelta(hours=1), stand_in_factors())
     measure.add_inference(t, [w.id], H, H + dt.timedelta(hours=1))
     k = metrics.derive(t, 3600)
     assert k["requests"] == 3635
-    assert k["throughput_per_s"] == pytest.approx(3635 / 3600)
+    # Three windows of 10 minutes: 3,635 requests over 1,800 measured seconds.
+    assert k["measured_s"] == 1800.0 and k["coverage"] == "measured 30 min of 1 h"
+    assert k["throughput_per_s"] == pytest.approx(3635 / 1800)
     assert k["energy_per_inference_j"] == pytest.approx(2_916_000 / 3635)
     assert k["co2e_per_1k_inferences_g"] == pytest.approx(100.0)
     assert k["cost_per_1k_inferences_usd"] == pytest.approx(5.0 / 3635 * 1000)

@@ -177,12 +177,3 @@ def test_workload_page_says_when_its_gpus_are_shared(client, users, team, live_d
     assert alone.sharing() == []
     assert 'id="shared-gpus"' not in client.get(
         f"/teams/{team.slug}/kpis/workloads/solo/").content.decode()
-
-
-def test_throughput_of_the_current_hour_divides_by_the_time_elapsed():
-    from greenops.kpis.queries import _elapsed_s
-
-    hour = dt.datetime(2026, 11, 30, 7, tzinfo=dt.UTC)
-    now = hour + dt.timedelta(minutes=15)
-    assert _elapsed_s(hour, hour + dt.timedelta(hours=1), now) == 900.0
-    assert _elapsed_s(hour - dt.timedelta(days=1), hour, now) == 86400.0  # a past window: whole

@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 
+from greenops import windows
 from greenops.kpis import queries, rollup
 from greenops.kpis.models import KpiRollup, Period, RollupCursor
 from tests.test_kpis_measure import H, add_gpu_hour, add_windows, build_scenario, stand_in_factors
@@ -168,3 +169,59 @@ def test_a_run_after_a_long_pause_reaches_back_to_where_the_last_run_stopped(tea
     rollup.run(now=H + dt.timedelta(hours=5, minutes=50), factors=stand_in_factors())
     row = KpiRollup.objects.get(team=team, workload=None, period=Period.HOUR, bucket=H)
     assert row.gpu_energy_j == pytest.approx(1_800_000)
+
+
+def test_throughput_divides_by_the_seconds_measured(scenario):
+    """Issue 8 item 1: a service doing 100 requests/s for one measured minute showed 0.07/s on
+    the day view (6,000 requests spread over 24 h) and another figure on a custom window. A
+    window carries its start and end; throughput is requests over the seconds measured."""
+    from greenops.kpis.models import InferenceBatch, InferenceWindow
+
+    w = scenario["workload"]
+    t0 = H + dt.timedelta(minutes=20)
+    batch = InferenceBatch.objects.create(team=w.team, windows=1)
+    InferenceWindow.objects.create(batch=batch, workload=w, start=t0,
+                                   end=t0 + dt.timedelta(minutes=1), requests=6000)
+    rollup.rebuild(w.team, H, H + HOUR, stand_in_factors())
+    now = H + dt.timedelta(minutes=30)
+    ov = queries.overview(w.team, w, "day", now=now)
+    # 6,000 requests / 60 s measured = 100 /s (not 6,000 / 86,400 s = 0.07 /s)
+    assert ov["current"]["throughput_per_s"] == pytest.approx(100.0)
+    assert ov["current"]["measured_s"] == 60.0
+    assert ov["current"]["coverage"] == "measured 1 min of 24 h"
+    # The team's figure too (its inference workloads' windows), and the hour series.
+    assert queries.overview(w.team, None, "day", now=now)["current"]["throughput_per_s"] == \
+        pytest.approx(100.0)
+    assert queries.series(w.team, w, "day", now=now)["throughput_per_s"] == [pytest.approx(100.0)]
+    # A one-minute custom window reads the hour rollup around it: the same 100 /s.
+    custom = queries.window_kpis(w.team, w, windows.custom(
+        t0.isoformat(), (t0 + dt.timedelta(minutes=1)).isoformat()))
+    assert custom["current"]["throughput_per_s"] == pytest.approx(100.0)
+    assert custom["current"]["coverage"] == "measured 1 min of 1 h"  # of the hour it read
+
+
+def test_kpi_page_says_how_much_of_the_period_was_measured(client, users, scenario):
+    from greenops.kpis.models import InferenceBatch, InferenceWindow
+    from greenops.windows import floor_hour
+
+    w = scenario["workload"]
+    hour = floor_hour(dt.datetime.now(dt.UTC))
+    batch = InferenceBatch.objects.create(team=w.team, windows=1)
+    InferenceWindow.objects.create(batch=batch, workload=w, start=hour,
+                                   end=hour + dt.timedelta(minutes=1), requests=6000)
+    rollup.rebuild(w.team, hour, hour + HOUR, stand_in_factors())
+    client.force_login(users["member"])
+    html = client.get(f"/teams/{w.team.slug}/kpis/workloads/{w.slug}/").content.decode()
+    assert 'data-kpi="throughput_per_s">100.00 /s' in html
+    assert 'data-coverage="throughput_per_s">measured 1 min of 24 h' in html
+
+
+def test_throughput_is_unknown_when_a_window_has_no_start(scenario):
+    """A sender that gives only each window's end: the seconds it counted over are unknown,
+    so throughput is unknown (with the reason), never the requests over the whole period."""
+    w = scenario["workload"]
+    add_windows(w, H)  # windows without a start
+    rollup.rebuild(w.team, H, H + HOUR, stand_in_factors())
+    cur = queries.overview(w.team, w, "day", now=H + dt.timedelta(minutes=30))["current"]
+    assert cur["requests"] == 3635 and cur["throughput_per_s"] is None
+    assert cur["measured_s"] is None and "unknown" in cur["coverage"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from greenops import windows
 from greenops.carbon.accounting import (
     FactorsFor,
     SiteFactors,
@@ -72,11 +73,17 @@ def add_inference(t: Totals, workload_ids: list[int], start: dt.datetime,
     rows = InferenceWindow.objects.filter(workload_id__in=workload_ids, end__gte=start,
                                           end__lt=end)
     hists, phases = [], [t.timings]
+    spans: list[tuple[dt.datetime, dt.datetime]] = []
+    unknown_span = False
     for w in rows.values_list("requests", "success", "failure", "tokens", "latency_sum_ms",
                               "latency_n", "latency_buckets", "prompt_tokens", "server_energy_j",
-                              "timings").iterator(chunk_size=2000):
+                              "timings", "start", "end").iterator(chunk_size=2000):
         (requests, success, failure, tokens, sum_ms, latency_n, buckets, prompt_tokens,
-         server_energy_j, window_timings) = w
+         server_energy_j, window_timings, w_start, w_end) = w
+        if w_start is None:
+            unknown_span = True
+        else:
+            spans.append((w_start, w_end))
         if prompt_tokens is not None:
             t.prompt_tokens = (t.prompt_tokens or 0) + prompt_tokens
         if server_energy_j is not None:
@@ -93,4 +100,9 @@ def add_inference(t: Totals, workload_ids: list[int], start: dt.datetime,
         hists.append(buckets)
     t.latency_buckets = histogram.merge([t.latency_buckets, *hists])
     t.timings = timings.merge(phases)
+    # Rates divide by the seconds the windows covered (overlaps, e.g. two replicas, once).
+    if unknown_span or t.measured_s is None:
+        t.measured_s = None
+    else:
+        t.measured_s += windows.union_seconds(spans)
     return t

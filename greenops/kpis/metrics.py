@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
+from greenops import windows
 from greenops.kpis import histogram, timings
 from greenops.units import J_PER_KWH
 
@@ -29,6 +30,8 @@ class Totals:
     prompt_tokens: int | None = None
     server_energy_j: float | None = None
     timings: dict = field(default_factory=dict)
+    # Seconds the inference windows covered; None when a window had no start (unknown).
+    measured_s: float | None = 0.0
     util_sum: float = 0.0
     util_n: int = 0
     gpu_minutes: int = 0
@@ -104,6 +107,10 @@ def merge(items: Iterable) -> Totals:
         out.facility_energy_j += r.facility_energy_j
         out.co2e_g += r.co2e_g
         out.simulated = out.simulated or r.simulated
+    # Buckets do not overlap, so their measured seconds add up; one unknown makes the sum
+    # unknown (a rate over a partly known time would be too high).
+    measured = [r.measured_s for r in items]
+    out.measured_s = None if None in measured else float(sum(measured))
     out.latency_buckets = histogram.merge(r.latency_buckets for r in items)
     out.timings = timings.merge(r.timings for r in items)
     # One hour without a price makes the sum unknown: never show a partial cost as the cost.
@@ -122,10 +129,20 @@ def _ratio(num: float | None, den: float | None, scale: float = 1.0) -> float | 
     return num / den * scale
 
 
-def derive(t: Totals, seconds: float) -> dict:
-    """Every KPI of the issue from one set of totals over a window of `seconds`."""
+def derive(t: Totals, period_s: float) -> dict:
+    """Every KPI of the issue from one set of totals over a period of `period_s` seconds.
+
+    Rates (throughput, token rates) divide by the seconds actually measured (t.measured_s),
+    never by the period: a service measured for one minute of a day did its requests in that
+    minute. `coverage` says how much of the period was measured ("measured 1 min of 24 h")."""
     energy_kwh = t.energy_j / J_PER_KWH
+    measured_s = t.measured_s
+    cover = windows.coverage(measured_s, period_s)
     return {
+        "measured_s": measured_s,
+        "period_s": period_s,
+        "coverage": cover["text"],
+        "coverage_share": cover["share"],
         "requests": t.requests,
         "success": t.success,
         "failure": t.failure,
@@ -144,14 +161,14 @@ def derive(t: Totals, seconds: float) -> dict:
         "co2e_kg": t.co2e_g / 1000,
         "cost_usd": t.cost_usd,
         "cost_source": t.cost_source if t.cost_usd is not None or t.cost_source else "no price",
-        "throughput_per_s": _ratio(t.requests, seconds),
+        "throughput_per_s": _ratio(t.requests, measured_s),
         "latency_p50_ms": histogram.quantile_ms(t.latency_buckets, 0.50),
         "latency_p99_ms": histogram.quantile_ms(t.latency_buckets, 0.99),
         "latency_mean_ms": _ratio(t.latency_sum_ms, t.latency_n),
         "prompt_tokens": t.prompt_tokens,
-        # Token rates over the same seconds as throughput (vLLM's token counters).
-        "generation_tokens_per_s": _ratio(t.tokens, seconds),
-        "prompt_tokens_per_s": _ratio(t.prompt_tokens, seconds),
+        # Token rates over the same measured seconds as throughput (vLLM's token counters).
+        "generation_tokens_per_s": _ratio(t.tokens, measured_s),
+        "prompt_tokens_per_s": _ratio(t.prompt_tokens, measured_s),
         "timings": timings.summary(t.timings),
         # What the inference server itself counted (Triton nv_energy_consumption): a
         # cross-check beside gpu_energy_kwh, never part of the accounting.

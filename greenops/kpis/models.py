@@ -88,6 +88,10 @@ class KpiRollup(models.Model):
     prompt_tokens = models.BigIntegerField(null=True)
     server_energy_j = models.FloatField(null=True)  # as the inference server counted it
     timings = models.JSONField(default=dict)  # as InferenceWindow.timings, merged
+    # Seconds the bucket's counting windows covered (their union; a window belongs to the
+    # bucket holding its end). Rates divide by this, not by the bucket's length. Null: some
+    # window had no start, so the time its requests were counted over is unknown.
+    measured_s = models.FloatField(null=True, default=0.0)
     # GPU telemetry
     util_sum = models.FloatField(default=0)
     util_n = models.BigIntegerField(default=0)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.utils import timezone
-
 from greenops import windows
 from greenops.kpis import metrics
 from greenops.kpis.models import KpiRollup, Period
@@ -49,14 +47,8 @@ def kpis(team: Team, workload: Workload | None, start: dt.datetime, end: dt.date
          period: str = Period.HOUR) -> dict:
     """Every KPI for a team (workload None) or a workload over [start, end)."""
     totals = metrics.merge(rows(team, workload, period, start, end))
-    return metrics.derive(totals, _elapsed_s(start, end))
-
-
-def _elapsed_s(start: dt.datetime, end: dt.datetime, now: dt.datetime | None = None) -> float:
-    """Seconds of [start, end) that have already happened: a window that ends with the current,
-    unfinished hour must not divide its counts by time that has not passed yet."""
-    now = now or timezone.now()
-    return max((min(end, now) - start).total_seconds(), 1.0)
+    # Rates divide by the seconds measured (in the rows); the period only says "of how long".
+    return metrics.derive(totals, (end - start).total_seconds())
 
 
 # The previous period must have data in at least this share of the current period's buckets.
@@ -100,8 +92,7 @@ def series(team: Team, workload: Workload | None, range_key: str,
         "latency_p99_ms", "latency_p50_ms", "co2e_kg")}
     simulated = False
     for r in rows(team, workload, period, start, end).order_by("bucket"):
-        k = metrics.derive(metrics.merge([r]), _elapsed_s(
-            r.bucket, r.bucket + dt.timedelta(seconds=step)))
+        k = metrics.derive(metrics.merge([r]), step)
         out["t"].append(r.bucket.isoformat())
         for key in list(out)[1:]:
             out[key].append(k[key])

@@ -13,7 +13,7 @@ from greenops.workloads.models import TrainingJob, Workload, WorkloadKind
 
 
 def _cards(ov: dict) -> list[dict]:
-    """(label, value, unit, change %) for the overview cards, in a fixed order."""
+    """(label, value, unit, change %, note) for the overview cards, in a fixed order."""
     spec = [("IT energy", "energy_kwh", "kWh", 3), ("Facility energy (× PUE)",
             "facility_energy_kwh", "kWh", 3), ("Carbon", "co2e_kg", "kg CO2e", 3),
             ("Cost", "cost_usd", "USD", 2), ("GPU utilisation", "gpu_util_pct", "%", 1),
@@ -21,8 +21,10 @@ def _cards(ov: dict) -> list[dict]:
             ("Energy per inference", "energy_per_inference_j", "J", 2),
             ("Carbon per 1k inferences", "co2e_per_1k_inferences_g", "g", 3),
             ("p99 latency", "latency_p99_ms", "ms", 1)]
+    # Rates say how much of the period they were measured over ("measured 1 min of 24 h").
+    notes = {"throughput_per_s": ov["current"]["coverage"]}
     return [{"label": label, "key": key, "value": ov["current"][key], "unit": unit,
-             "digits": digits, "change": ov["change_pct"].get(key)}
+             "digits": digits, "change": ov["change_pct"].get(key), "note": notes.get(key)}
             for label, key, unit, digits in spec]
 
 
