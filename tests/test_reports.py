@@ -384,3 +384,40 @@ def test_report_command_backfills_months_and_names_bad_arguments(team, capsys):
     with pytest.raises(CommandError, match="--team"):
         call_command("report", "--team", "nope")
     assert Report.objects.filter(trigger=Trigger.COMMAND).count() == 3
+
+
+def test_a_failure_is_shown_with_its_reason(client, users, team, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("KPI rollups unavailable")
+
+    monkeypatch.setattr(figures, "month_figures", broken)
+    report = _generate(team, Month(2026, 8))
+    assert report.status == Status.FAILED and report.revision is None
+    assert report.error == "RuntimeError: KPI rollups unavailable"
+    client.force_login(users["member"])
+    s = client.get(f"/teams/{team.slug}/reports/{report.id}/status").json()
+    assert s["status"] == "failed" and "KPI rollups unavailable" in s["error"]
+    assert s["files"] == {}
+    html = client.get(f"/teams/{team.slug}/reports/").content.decode()
+    assert "KPI rollups unavailable" in html
+
+
+def test_lost_and_stale_generations_are_sent_again(team, monkeypatch):
+    from greenops.reports import tasks
+
+    sent: list[int] = []
+    monkeypatch.setattr(tasks.generate_report, "delay", sent.append)
+    t0 = dt.datetime(2026, 11, 15, 12, tzinfo=UTC)
+    lost = Report.objects.create(team=team, month=dt.date(2026, 9, 1), created_at=t0)
+    dead = Report.objects.create(team=team, month=dt.date(2026, 8, 1), created_at=t0,
+                                 status=Status.RUNNING, started_at=t0)
+    fresh = Report.objects.create(team=team, month=dt.date(2026, 7, 1),
+                                  created_at=t0 + dt.timedelta(minutes=25))
+    # 31 minutes later: the pending one is lost (> 10 min), the running one stale (> 30 min).
+    assert sorted(generate.schedule(t0 + dt.timedelta(minutes=31))) == sorted([lost.id, dead.id])
+    assert sorted(sent) == sorted([lost.id, dead.id]) and fresh.id not in sent
+    # The stale one can be claimed again; a recently started one cannot.
+    assert generate.run(dead.id, now=t0 + dt.timedelta(minutes=31)).status == Status.DONE
+    busy = Report.objects.create(team=team, month=dt.date(2026, 6, 1), status=Status.RUNNING,
+                                 started_at=t0)
+    assert generate.run(busy.id, now=t0 + dt.timedelta(minutes=5)) is None

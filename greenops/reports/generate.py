@@ -15,6 +15,7 @@ import logging
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from greenops.reports import csv_writer, figures, pdf_writer, present
@@ -23,6 +24,12 @@ from greenops.reports.models import Report, Status, Subscription, Trigger
 from greenops.teams.models import Team
 
 log = logging.getLogger(__name__)
+
+
+# A generation takes seconds to a few minutes; one running far longer lost its worker.
+STALE_RUNNING = dt.timedelta(minutes=30)
+# A pending report whose queue message was lost (Redis restarted) is sent again after this.
+LOST_PENDING = dt.timedelta(minutes=10)
 
 
 def request(team: Team, month: Month, trigger: str = Trigger.PAGE, user=None,
@@ -53,7 +60,10 @@ def _jsonable(fig: dict) -> dict:
 def run(report_id: int, now: dt.datetime | None = None) -> Report | None:
     """Generate a claimed report; None when another worker has it or it is already done."""
     now = now or timezone.now()
-    claimed = Report.objects.filter(id=report_id, status=Status.PENDING).update(
+    # A report left "running" by a worker that died is claimable again once it is stale.
+    claimable = Q(status=Status.PENDING) | Q(status=Status.RUNNING,
+                                             started_at__lt=now - STALE_RUNNING)
+    claimed = Report.objects.filter(claimable, id=report_id).update(
         status=Status.RUNNING, started_at=now, progress_pct=1, stage="started") == 1
     if not claimed:
         return None
@@ -95,7 +105,9 @@ def _store(report: Report, fig: dict, now: dt.datetime) -> bool:
         report.revision = latest.revision + 1 if latest else 1
         report.difference = diff
         report.csv_data = csv_writer.write(fig)
-        report.pdf_data = pdf_writer.write(fig, report.revision, diff)
+        report.pdf_data = pdf_writer.write(fig, report.revision, diff,
+                                           previous_provisional=latest is not None
+                                           and not latest.closed)
         report.stage = f"revision {report.revision} ready"
         report.save()
         return True
@@ -189,5 +201,16 @@ def due_months(now: dt.datetime | None = None) -> list[tuple[Team, Month]]:
 
 
 def schedule(now: dt.datetime | None = None) -> list[int]:
-    """Request every due month's report; returns the report ids."""
-    return [request(team, month, Trigger.SCHEDULE).id for team, month in due_months(now)]
+    """Request every due month's report, and send again the ones whose task was lost (a pending
+    report nobody picked up, a running one whose worker died); returns the report ids."""
+    from greenops.reports.tasks import generate_report
+
+    now = now or timezone.now()
+    ids = [request(team, month, Trigger.SCHEDULE).id for team, month in due_months(now)]
+    lost = Report.objects.filter(
+        Q(status=Status.PENDING, created_at__lt=now - LOST_PENDING)
+        | Q(status=Status.RUNNING, started_at__lt=now - STALE_RUNNING)).exclude(id__in=ids)
+    for report_id in lost.values_list("id", flat=True):
+        generate_report.delay(report_id)
+        ids.append(report_id)
+    return ids

@@ -99,7 +99,8 @@ def _charts(fig: dict, width: float) -> list:
     return [row]
 
 
-def write(fig: dict, revision: int | None = None, difference: list | None = None) -> bytes:
+def write(fig: dict, revision: int | None = None, difference: list | None = None,
+          previous_provisional: bool = False) -> bytes:
     st = _styles()
     buf = io.BytesIO()
     title = f"GreenOps monthly report: {fig['team']['name']}, {fig['month_label']}"
@@ -123,8 +124,10 @@ def write(fig: dict, revision: int | None = None, difference: list | None = None
                                "because nothing ran or reported, not because it is unknown.",
                                st["banner"]))
     if difference:
+        before = (f"revision {revision - 1}, generated before the month closed" if
+                  previous_provisional else f"revision {revision - 1}")
         story.append(Paragraph(_esc(f"Restated: revision {revision} changes "
-                                    f"{len(difference)} figure(s) of the previous revision "
+                                    f"{len(difference)} figure(s) of {before} "
                                     "(listed at the end)."), st["banner"]))
     story += _table(present.summary(fig), st, width)
     story.append(Spacer(1, 3 * mm))
