@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-LAYOUT = {
-    "margin": {"l": 55, "r": 15, "t": 40, "b": 45},
-    "height": 280,
-    "paper_bgcolor": "rgba(0,0,0,0)",
-    "plot_bgcolor": "rgba(0,0,0,0)",
-    "showlegend": True,
-    "legend": {"orientation": "h", "y": -0.3},
-}
+from greenops.charts import GRID_COLOUR
+from greenops.charts import LAYOUT as HOUSE
+
+# The house style with a category x axis (instances running) and room for a two-row legend.
+LAYOUT = {**HOUSE, "margin": {**HOUSE["margin"], "b": 45}, "height": 280, "showlegend": True,
+          "hovermode": "closest", "legend": {"orientation": "h", "y": -0.3}}
 
 
 def commitment_curve(rec: dict) -> dict | None:
@@ -30,5 +28,5 @@ def commitment_curve(rec: dict) -> dict | None:
     return {"data": data, "layout": {
         **LAYOUT, "title": {"text": f"{rec['subject']}: usage vs break-even"},
         "xaxis": {"title": {"text": "instances running (N)"}, "dtick": 1},
-        "yaxis": {"title": {"text": "% of hours"}, "range": [0, 100], "gridcolor": "#e5e7eb"},
+        "yaxis": {"title": {"text": "% of hours"}, "range": [0, 100], "gridcolor": GRID_COLOUR},
     }}

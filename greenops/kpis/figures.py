@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dashboards.figures import LAYOUT
+from greenops.charts import GRID_COLOUR, LAYOUT
 
 
 def _title(text: str, simulated: bool) -> dict:
@@ -17,7 +17,7 @@ def _line(s: dict, key: str, title: str, unit: str, kind: str = "scatter") -> di
         trace.pop("connectgaps")
     return {"data": [trace], "layout": {
         **LAYOUT, "title": _title(title, s["simulated"]), "showlegend": False,
-        "yaxis": {"title": {"text": unit}, "gridcolor": "#e5e7eb", "rangemode": "tozero"}}}
+        "yaxis": {"title": {"text": unit}, "gridcolor": GRID_COLOUR, "rangemode": "tozero"}}}
 
 
 def energy_per_inference(s: dict) -> dict:
@@ -43,6 +43,6 @@ def latency_vs_energy(s: dict) -> dict:
     return {"data": [trace], "layout": {
         **LAYOUT, "hovermode": "closest", "showlegend": False,
         "title": _title(f"p99 latency against energy, per {s['period']}", s["simulated"]),
-        "xaxis": {"title": {"text": "kWh"}, "gridcolor": "#e5e7eb", "rangemode": "tozero"},
-        "yaxis": {"title": {"text": "p99 latency (ms)"}, "gridcolor": "#e5e7eb",
+        "xaxis": {"title": {"text": "kWh"}, "gridcolor": GRID_COLOUR, "rangemode": "tozero"},
+        "yaxis": {"title": {"text": "p99 latency (ms)"}, "gridcolor": GRID_COLOUR,
                   "rangemode": "tozero"}}}
