@@ -8,8 +8,12 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from collectors import __version__
+
+if TYPE_CHECKING:
+    from collectors.sources import GpuSource
 
 EXIT_USAGE = 2
 PROG = "greenops-agent"
@@ -176,23 +180,24 @@ def show_status(config: object) -> int:
     return 0
 
 
-def run(config: object) -> int:
+def run(config: object, source: GpuSource | None = None) -> int:
+    """Run the agent until SIGTERM/SIGINT. `source` replaces NVML or --simulate (the demo
+    passes its own simulated fleet this way)."""
     from collectors.agent import Agent
     from collectors.channels import build_channels
     from collectors.config import AgentConfig
     from collectors.inventory import build_inventory
     from collectors.shipper import Shipper
     from collectors.simulated import SimulatedSource
-    from collectors.sources import GpuSource, NvmlSource, NvmlUnavailable, load_nvml_lib
+    from collectors.sources import NvmlSource, NvmlUnavailable, load_nvml_lib
     from collectors.spool import Spool
     from collectors.transport import HttpTransport
 
     assert isinstance(config, AgentConfig)
-    source: GpuSource
     try:
-        if config.simulate:
+        if source is None and config.simulate:
             source = SimulatedSource(config.simulate, seed=config.seed)
-        else:
+        elif source is None:
             source = NvmlSource(load_nvml_lib(config.nvml_lib))
     except NvmlUnavailable as exc:
         return fail(f"{exc}; use --simulate N to run with simulated GPUs")

@@ -1,0 +1,166 @@
+"""The demo's fleet and what it does, hour by hour: real instance types, real boards, and
+workloads whose shape a team would recognise. Everything here is simulated and says so.
+
+No Django here: the live agents (`python -m greenops.demo.agent`) import this module to draw the
+same curves the backfilled history was drawn from, so the history and the live data join up.
+
+The story:
+- ML Platform trains on one p5.48xlarge (8x H100 SXM, 700 W each) in 6-hour blocks: a fifth of
+  the blocks nothing runs (data preparation, waiting on review), a third run on half the GPUs.
+  The idle GPU-hours are the idle cost the home page leads with; the training is checkpointed,
+  so spot is on the table.
+- ML Platform serves a Llama 3.1 8B chat model with vLLM on one g6e.12xlarge (4x L40S, 350 W
+  each) around the clock, busiest in the US afternoon.
+- Research left a g6e.xlarge (1x L40S) running after its last experiment four days before the
+  demo started: a GPU billed by the hour that does nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from collectors.simulated import H100_SXM, L40S, GpuModel, SimulatedSource, unit
+
+HOUR_S = 3600
+DAY_S = 86400
+BLOCK_S = 6 * HOUR_S  # one training run
+
+
+@dataclass(frozen=True)
+class DemoHost:
+    team: str  # team slug
+    name: str
+    instance_type: str
+    region: str
+    gpus: int
+    model: GpuModel
+    story: str  # "training", "serving" or "dev"
+    seed: int
+
+
+# Instance types and boards as AWS sells them: p5.48xlarge = 8x H100 80GB SXM,
+# g6e.12xlarge = 4x L40S 48GB, g6e.xlarge = 1x L40S.
+HOSTS = (
+    DemoHost("ml-platform", "trainer-p5-01", "p5.48xlarge", "us-east-1", 8, H100_SXM,
+             "training", 1),
+    DemoHost("ml-platform", "serving-g6e-01", "g6e.12xlarge", "us-east-1", 4, L40S,
+             "serving", 2),
+    DemoHost("research", "dev-g6e-01", "g6e.xlarge", "us-east-1", 1, L40S, "dev", 3),
+)
+BY_NAME = {h.name: h for h in HOSTS}
+
+# The research box's last experiment ended this long before the demo started.
+DEV_IDLE_FOR_S = 4 * DAY_S
+US_EAST_UTC_OFFSET_H = -5
+
+
+def local_hour(t: float) -> float:
+    return (t / HOUR_S + US_EAST_UTC_OFFSET_H) % 24
+
+
+def chat_load(t: float) -> float:
+    """Share of seconds a serving GPU is busy: 15 % at 4 am, 85 % at 4 pm (US East)."""
+    return 0.15 + 0.70 * (0.5 - 0.5 * math.cos(2 * math.pi * (local_hour(t) - 4) / 24))
+
+
+class StorySource(SimulatedSource):
+    """A simulated host that follows its story instead of random two-minute phases."""
+
+    def __init__(self, host: DemoHost, clock: Callable[[], float], idle_since: float) -> None:
+        super().__init__(host.gpus, seed=host.seed, clock=clock, model=host.model)
+        self.host = host
+        self.idle_since = idle_since
+
+    def phase(self, index: int, t: float) -> str:
+        if self.host.story == "serving":
+            return "inference"
+        if self.host.story == "training":
+            u = unit(self.host.seed, int(t // BLOCK_S), 11)
+            if u < 0.2:
+                return "idle"
+            if u < 0.55:  # a run on half the board
+                return "training" if index < self.host.gpus // 2 else "idle"
+            return "training"
+        # dev: an afternoon experiment on about half the weekdays, until it was left idle
+        day = int(t // DAY_S)
+        weekday = (day + 3) % 7  # 1970-01-01 was a Thursday; 0 = Monday
+        working = weekday < 5 and 10 <= local_hour(t) < 17
+        if t < self.idle_since and working and unit(self.host.seed, day, 13) < 0.5:
+            return "training"
+        return "idle"
+
+    def utilisation(self, index: int, t: float) -> float:
+        if self.host.story != "serving":
+            return super().utilisation(index, t)
+        second = int(t)
+        noise = unit(self.host.seed, index, second, 3)
+        busy = unit(self.host.seed, index, second // 3, 4) < chat_load(t)
+        return 55.0 + 40.0 * noise if busy else 2.0 + 8.0 * noise
+
+
+# vLLM serving Llama 3.1 8B on an L40S: about 12 replies/s per GPU at full load, 180 output
+# tokens each; at ~290 W per busy GPU that is ~25 J per reply (~0.14 J per token), in the
+# range published for 8B models on this class of GPU.
+REPLIES_PER_GPU_S = 12.0
+TOKENS_PER_REPLY = 180
+LATENCY_LE_MS = [50, 100, 250, 500, 1000, 2500, 5000, 10000, 20000, 40000]
+CHAT_WORKLOAD = "chat-llm"
+
+
+def _lognormal_cdf(x: float, median: float, sigma: float) -> float:
+    return 0.5 * (1 + math.erf(math.log(x / median) / (sigma * math.sqrt(2))))
+
+
+def chat_median_ms(load: float) -> float:
+    """Median reply time: ~1 s for 180 tokens unloaded, doubling as batches fill."""
+    return 1000.0 * (1 + load)
+
+
+def chat_windows(source: StorySource, start: float, end: float, step_s: float) -> list[dict]:
+    """Inference windows of the chat service, following its GPUs' utilisation (sampled every
+    10 s), with a log-normal latency histogram whose median rises with load."""
+    windows, t = [], start
+    while t + step_s <= end:
+        samples = [source.utilisation(i, t + s) for i in range(source.host.gpus)
+                   for s in range(0, int(step_s), 10)]
+        busy = sum(samples) / len(samples) / 100  # mean utilisation of the serving GPUs
+        requests = int(busy * REPLIES_PER_GPU_S * source.host.gpus * step_s)
+        median = chat_median_ms(busy)
+        cdf = [_lognormal_cdf(b, median, 0.5) for b in LATENCY_LE_MS]
+        counts = [round(requests * c) for c in cdf] + [requests]  # cumulative, last = +Inf
+        windows.append({"workload": CHAT_WORKLOAD, "end": t + step_s, "requests": requests,
+                        "success": requests, "failure": 0,
+                        "tokens": requests * TOKENS_PER_REPLY,
+                        "latency": {"unit": "ms", "le": LATENCY_LE_MS, "counts": counts,
+                                    "cumulative": True}})
+        t += step_s
+    return windows
+
+
+def chat_latencies_ms(source: StorySource, t: float, n: int) -> list[float]:
+    """n reply times for the live client, log-normal around the load's median."""
+    median = chat_median_ms(sum(source.utilisation(i, t) for i in range(source.host.gpus))
+                            / source.host.gpus / 100)
+    out = []
+    for k in range(n):
+        # Box-Muller from the deterministic unit hash: the same second draws the same replies.
+        u1 = max(unit(source.host.seed, int(t), k, 21), 1e-12)
+        u2 = unit(source.host.seed, int(t), k, 22)
+        z = math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * u2)
+        out.append(median * math.exp(0.5 * z))
+    return out
+
+
+def training_runs(host: DemoHost, start: float, end: float) -> list[tuple[float, float, int]]:
+    """(start, end, GPUs) of each training block of the training host in [start, end)."""
+    runs = []
+    block = int(start // BLOCK_S) + 1
+    while (block + 1) * BLOCK_S <= end:
+        u = unit(host.seed, block, 11)
+        if u >= 0.2:
+            runs.append((block * BLOCK_S, (block + 1) * BLOCK_S,
+                         host.gpus // 2 if u < 0.55 else host.gpus))
+        block += 1
+    return runs
