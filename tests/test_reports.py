@@ -16,7 +16,8 @@ The month (October 2026, team in Europe/Paris: UTC+2 until 25 October, UTC+1 aft
            cost: 3 running hours x $4 = $12.00; idle: 1 GPU-hour (H0) x $4 = $4.00
            GPU util (2 x 60 + 50 x 60 + 50 x 60) / 180 = 34.0 %; GPU-hours 180 min / 60 = 3
   September: IT 0.2 kWh, so October's change is (0.6 - 0.2) / 0.2 = +200 %.
-  Workload "Ranker" on GPU A0: 1000 inferences in H1 and 2000 in H2 (500 in H3: November):
+  Workload "Ranker" on GPU A0: 1000 inferences in H1 and 2000 in H2 (500 in H3: November),
+           each in a 10-minute window, so 3000 / 1200 s measured = 2.5 per second;
            3000 inferences; 2,160,000 J / 3000 = 720 J each; 360 g / 3000 = 0.12 g each;
            KPI cost 180 GPU-minutes x $4/60 = $12 -> $4.00 per 1k inferences; SCI 0.12 g.
 """
@@ -68,7 +69,8 @@ def hour_batch(hour: dt.datetime, util_pct: float) -> dict:
 
 def inference_doc(windows: list[tuple[dt.datetime, int]]) -> dict:
     return {"batch_id": str(uuid.uuid4()), "windows": [
-        {"workload": "ranker", "end": end.timestamp(), "requests": n, "success": n,
+        {"workload": "ranker", "start": end.timestamp() - 600, "end": end.timestamp(),
+         "requests": n, "success": n,
          "failure": 0, "latency": {"unit": "ms", "le": [10, 50, 100],
                                    "counts": [n // 2, n - n // 10, n, n], "cumulative": True,
                                    "sum": 30.0 * n}}
@@ -137,6 +139,8 @@ def test_month_in_the_team_zone_is_hand_computed(team, october):
     assert w["energy_per_inference_j"] == pytest.approx(720.0)
     assert w["co2e_per_inference_g"] == pytest.approx(0.12)
     assert w["cost_per_1k_inferences_usd"] == pytest.approx(4.0)
+    # Each window spans 10 minutes: 3000 inferences / 1200 s measured = 2.5 per second.
+    assert w["throughput_per_s"] == pytest.approx(2.5)
     (host,) = fig["hosts"]
     assert host["scope"].startswith("Scope 3") and host["purchase_option"] == "on_demand"
     assert host["cost_usd"] == pytest.approx(12.0) and host["running_hours"] == 3
@@ -196,7 +200,7 @@ def test_csv_pdf_page_and_api_agree(client, users, team, october):
     assert api["figures"] == fig
     for shown in ("0.600 kWh", "0.900 kWh", "0.360 kg CO2e", "12.00 USD", "+200.0 %",
                   "720.00 J", "0.1200 g", "4.0000 USD", "34.0 %", "Scope 3 (cat. 1, cloud)",
-                  "Europe/Paris"):
+                  "Europe/Paris", "2.500 /s", "measured 20 min of 31 d"):
         assert shown in pdf, shown
         assert shown in page, shown
     # The CSV's downloads are the stored bytes, for a member of the team.

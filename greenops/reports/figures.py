@@ -276,6 +276,8 @@ def _workloads(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
             "cost_per_1k_inferences_usd": k["cost_per_1k_inferences_usd"],
             "latency_p50_ms": k["latency_p50_ms"], "latency_p99_ms": k["latency_p99_ms"],
             "throughput_per_s": k["throughput_per_s"], "gpu_util_pct": k["gpu_util_pct"],
+            # Throughput divides by the seconds the inference windows measured.
+            "coverage": k.get("coverage", ""),
             "simulated": k["simulated"],
         })
     return out

@@ -91,7 +91,10 @@ def workloads(fig: dict) -> Table:
     return Table("workloads", "Workloads",
                  ["Workload", "Kind", "Inferences", "Energy / inference", "CO2e / inference",
                   "Cost / 1k inferences", "p50", "p99", "Throughput", "GPU util."], rows,
-                 empty="No workload had inferences or GPU energy this month.")
+                 empty="No workload had inferences or GPU energy this month.",
+                 notes=[f"Throughput of {w['name']}: over the time its inference windows "
+                        f"measured ({w['coverage']})" for w in fig["workloads"]
+                        if w.get("coverage") and w["requests"]])
 
 
 def jobs(fig: dict) -> Table:
