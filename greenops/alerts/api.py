@@ -12,9 +12,9 @@ from ninja.security import django_auth
 
 from greenops.alerts import figures, rules
 from greenops.alerts.models import Channel, NoDataPolicy, Rule, RuleKind
+from greenops.api.body import json_body
 from greenops.errors import invalid
 from greenops.teams.permissions import authorize_api
-from greenops.telemetry import ingest
 
 router = Router(tags=["alerts"])
 
@@ -57,7 +57,7 @@ _BODY = {"requestBody": {"required": True, "content": {"application/json": {
 
 
 def _doc(request: HttpRequest) -> dict:
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    doc = json_body(request)
     if not isinstance(doc, dict):
         raise invalid("body", "must be a JSON object")
     unknown = set(doc) - RULE_KEYS
@@ -121,7 +121,7 @@ def delete_rule(request: HttpRequest, slug: str, rule_id: int):
 def silence_rule(request: HttpRequest, slug: str, rule_id: int):
     team, _ = authorize_api(request.user, slug, "alerts.manage")
     rule = get_object_or_404(_rules(team), id=rule_id)
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    doc = json_body(request)
     if not isinstance(doc, dict) or "until" not in doc:
         raise invalid("until", "is required: an ISO 8601 time, or null to lift the silence")
     until = doc["until"]

@@ -11,6 +11,7 @@ from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops import windows
+from greenops.api.body import json_body
 from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import ingest
@@ -131,7 +132,7 @@ class InventoryOut(Schema):
 )
 def post_inventory(request: HttpRequest):
     host = ingest.host_for_token(_auth_header(request))
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"), small=True)
+    doc = json_body(request, small=True)
     gpus = ingest.register_inventory(host, doc)
     return Status(200, {"host": host.name, "gpus": gpus})
 

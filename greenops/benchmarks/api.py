@@ -12,12 +12,12 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
+from greenops.api.body import json_body
 from greenops.benchmarks import runs
 from greenops.benchmarks.models import BenchmarkRun
 from greenops.errors import invalid
 from greenops.teams.auth import team_or_host_token_auth
 from greenops.teams.permissions import authorize_api
-from greenops.telemetry import ingest
 
 router = Router(tags=["benchmarks"])
 
@@ -33,7 +33,7 @@ def _run_out(run: BenchmarkRun, created: bool) -> dict:
              description="The JSON `greenops-agent bench --output` writes. 201 when stored, "
              "200 when this run_id was already stored (a resend stores nothing twice).")
 def post_run(request: HttpRequest):
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    doc = json_body(request)
     run, created = runs.store_run(request.auth.team, doc, posted_by=request.auth.label)
     return Status(201 if created else 200, _run_out(run, created))
 
@@ -52,7 +52,7 @@ def get_baseline(request: HttpRequest, workload: str, branch: str, hardware_key:
 def acknowledge(request: HttpRequest, slug: str, run: int):
     team, _role = authorize_api(request.user, slug, "benchmarks.acknowledge")
     found = get_object_or_404(BenchmarkRun, team=team, id=run)
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    doc = json_body(request)
     if not isinstance(doc, dict):
         raise invalid("", "the payload must be a JSON object with kpi and reason")
     kpi, reason = doc.get("kpi"), doc.get("reason")

@@ -47,6 +47,7 @@ from ninja import File, Router, Schema
 from ninja.files import UploadedFile
 from ninja.responses import Status
 
+from greenops.api.body import json_body
 from greenops.carbon import emissions_csv, host_energy
 from greenops.teams.auth import team_token_auth
 from greenops.telemetry import ingest
@@ -76,7 +77,7 @@ class HostEnergyOut(Schema):
 )
 def post_host_energy(request: HttpRequest):
     host = ingest.host_for_token(request.headers.get("Authorization"))
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    doc = json_body(request)
     return Status(200, host_energy.accept(host, doc))
 
 

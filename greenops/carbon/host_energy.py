@@ -25,8 +25,8 @@ from greenops.errors import invalid
 from greenops.telemetry import late
 from greenops.telemetry.models import Host
 from greenops.telemetry.wire import (
-    _check_range,
-    _numeric_column,
+    check_range,
+    numeric_column,
     parse_batch_id,
     sample_columns,
     text_field,
@@ -91,14 +91,14 @@ def parse(doc, *, now_s: float | None = None) -> HostEnergyBatch:
     text_field(doc, "agent_version", 32)
     samples, n = sample_columns(doc, COLUMNS, settings.INGEST_MAX_SAMPLES)
 
-    ts = _numeric_column("ts", samples["ts"], nullable=False, integer=False)
-    _check_range("ts", ts, now_s - settings.INGEST_MAX_AGE_S, now_s + settings.INGEST_MAX_FUTURE_S)
+    ts = numeric_column("ts", samples["ts"], nullable=False, integer=False)
+    check_range("ts", ts, now_s - settings.INGEST_MAX_AGE_S, now_s + settings.INGEST_MAX_FUTURE_S)
     if np.unique(np.round(ts * 1e6)).size != n:
         raise invalid("samples.ts", "two samples share a timestamp")
     floats = {}
     for name, (lo, hi) in FLOAT_FIELDS.items():
-        arr = _numeric_column(name, samples[name], nullable=True, integer=False)
-        _check_range(name, arr, lo, hi)
+        arr = numeric_column(name, samples[name], nullable=True, integer=False)
+        check_range(name, arr, lo, hi)
         floats[name] = [None if np.isnan(v) else float(v) for v in arr.tolist()]
     epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     stamps = [epoch + dt.timedelta(microseconds=round(t * 1e6)) for t in ts.tolist()]

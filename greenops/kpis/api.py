@@ -9,10 +9,10 @@ from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops import windows
+from greenops.api.body import json_body
 from greenops.kpis import inference, queries
 from greenops.teams.auth import team_or_host_token_auth
 from greenops.teams.permissions import authorize_api
-from greenops.telemetry import ingest
 from greenops.workloads.models import Workload
 
 router = Router(tags=["kpis"])
@@ -59,7 +59,7 @@ INFERENCE_SCHEMA = {
         "application/json": {"schema": INFERENCE_SCHEMA}}}},
 )
 def post_inference(request: HttpRequest):
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    doc = json_body(request)
     return Status(202, inference.accept(request.auth.team, doc, sender=request.auth.label))
 
 

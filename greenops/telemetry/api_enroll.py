@@ -13,6 +13,7 @@ from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops import ratelimit
+from greenops.api.body import json_body
 from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import enrollment, ingest
@@ -45,7 +46,7 @@ def post_enroll(request: HttpRequest):
     if wait is not None:
         raise FieldError(429, "rate_limited", "token", "too many failed enrollments from this "
                          f"address; try again in {wait} s", retry_after_s=wait)
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"), small=True)
+    doc = json_body(request, small=True)
     try:
         host, token = enrollment.enroll(doc)
     except FieldError as exc:

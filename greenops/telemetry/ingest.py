@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from greenops.api.body import parse_body
 from greenops.errors import FieldError, invalid
 from greenops.telemetry import late, store, wire
 from greenops.telemetry.models import Gpu, Host, IngestBatch
@@ -33,22 +34,6 @@ def host_for_token(header: str | None) -> Host:
     if host is None:
         raise FieldError(401, "unauthorized", "Authorization", "unknown or revoked host token")
     return host
-
-
-def parse_body(body: bytes, content_encoding: str | None, *, small: bool = False):
-    """Decode and parse a JSON body. `small` endpoints (enroll, inventory) carry a few KB, so
-    they refuse anything past SMALL_BODY_MAX_BYTES before spending time on it: an
-    unauthenticated caller must not hold a worker decompressing and parsing megabytes."""
-    encoding = (content_encoding or "identity").strip().lower()
-    if encoding not in {"gzip", "identity"}:
-        raise FieldError(415, "unsupported_encoding", "Content-Encoding",
-                          "use gzip or no Content-Encoding")
-    if small and len(body) > settings.SMALL_BODY_MAX_BYTES:
-        raise FieldError(413, "too_large", None,
-                         f"body is larger than {settings.SMALL_BODY_MAX_BYTES} bytes")
-    limit = settings.SMALL_BODY_MAX_BYTES if small else settings.INGEST_MAX_DECOMPRESSED_BYTES
-    raw = wire.decode_body(body, encoding == "gzip", limit)
-    return wire.parse_json(raw)
 
 
 def known_gpus(host: Host | int) -> dict[int, int]:

@@ -119,7 +119,7 @@ def _is_number(v) -> bool:
     return type(v) in (int, float)
 
 
-def _numeric_column(name: str, values: list, *, nullable: bool, integer: bool) -> np.ndarray:
+def numeric_column(name: str, values: list, *, nullable: bool, integer: bool) -> np.ndarray:
     """Type-check a JSON array in C-speed passes and convert it; name the first bad element."""
     field = f"samples.{name}"
     allowed = {int} if integer else {int, float}
@@ -166,7 +166,9 @@ def _numeric_column(name: str, values: list, *, nullable: bool, integer: bool) -
     return arr
 
 
-def _check_range(name: str, arr: np.ndarray, lo: float, hi: float) -> None:
+def check_range(name: str, arr: np.ndarray, lo: float, hi: float) -> None:
+    """Refuse the first value outside [lo, hi], naming samples.<name>[i]. Public with
+    numeric_column: the host-energy batch (carbon.host_energy) uses the same columnar format."""
     with np.errstate(invalid="ignore"):
         bad = (arr < lo) | (arr > hi)
     if bad.any():
@@ -239,7 +241,7 @@ def parse_batch(
         raise invalid("source", f"must be one of {', '.join(SOURCES)}")
     samples, n = sample_columns(doc, REQUIRED_COLUMNS, max_samples)
 
-    ts = _numeric_column("ts", samples["ts"], nullable=False, integer=False)
+    ts = numeric_column("ts", samples["ts"], nullable=False, integer=False)
     too_new = ts > now_s + max_future_s
     if too_new.any():
         i = int(np.argmax(too_new))
@@ -249,7 +251,7 @@ def parse_batch(
     if too_old.any():
         i = int(np.argmax(too_old))
         raise invalid(f"samples.ts[{i}]", f"is older than {max_age_s / 86400:g} days")
-    gpu_index = _numeric_column("gpu_index", samples["gpu_index"], nullable=False, integer=True)
+    gpu_index = numeric_column("gpu_index", samples["gpu_index"], nullable=False, integer=True)
     bad = (gpu_index < 0) | (gpu_index > 1023)
     if bad.any():
         i = int(np.argmax(bad))
@@ -257,11 +259,11 @@ def parse_batch(
 
     floats = {}
     for name, (lo, hi) in FLOAT_FIELDS.items():
-        arr = _numeric_column(name, samples[name], nullable=True, integer=False)
-        _check_range(name, arr, lo, hi)
+        arr = numeric_column(name, samples[name], nullable=True, integer=False)
+        check_range(name, arr, lo, hi)
         floats[name] = arr
 
-    energy_mj, mj_null = _numeric_column("energy_mj", samples["energy_mj"], nullable=True,
+    energy_mj, mj_null = numeric_column("energy_mj", samples["energy_mj"], nullable=True,
                                          integer=True)
     if mj_null is None:
         mj_null = np.zeros(n, dtype=bool)

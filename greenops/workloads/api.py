@@ -11,13 +11,13 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
+from greenops.api.body import json_body
 from greenops.errors import invalid
 from greenops.kpis import jobs
 from greenops.teams import audit
 from greenops.teams.auth import team_or_host_token_auth
 from greenops.teams.models import AuditEvent
 from greenops.teams.permissions import authorize_api
-from greenops.telemetry import ingest
 from greenops.telemetry.models import Gpu
 from greenops.workloads.forms import WorkloadForm, first_error
 from greenops.workloads.models import Workload
@@ -87,7 +87,7 @@ def list_workloads(request: HttpRequest, slug: str):
              summary="Register a workload (owner or admin)")
 def create_workload(request: HttpRequest, slug: str):
     team, _role = authorize_api(request.user, slug, "workloads.manage")
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    doc = json_body(request)
     if not isinstance(doc, dict):
         raise invalid("", "the payload must be a JSON object")
     form = WorkloadForm(_form_data(team, doc), team=team)
@@ -106,7 +106,7 @@ def _caller_team(request: HttpRequest):
 @router.post("/training-jobs", auth=team_or_host_token_auth, response={201: dict},
              summary="Start a training job (team API token or host token)")
 def start_training_job(request: HttpRequest):
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding"))
+    doc = json_body(request)
     job = jobs.start_job(_caller_team(request), doc, started_by=request.auth.label)
     return Status(201, jobs.summary(job))
 
@@ -115,7 +115,7 @@ def start_training_job(request: HttpRequest):
              summary="Stop a training job; its energy, carbon and cost are computed")
 def stop_training_job(request: HttpRequest, job_id: int):
     job = jobs.job_for_caller(_caller_team(request), job_id)
-    doc = ingest.parse_body(request.body, request.headers.get("Content-Encoding")) \
+    doc = json_body(request) \
         if request.body else {}
     return Status(200, jobs.summary(jobs.stop_job(job, doc)))
 
