@@ -204,3 +204,36 @@ def test_bad_channel_input_names_the_field(team, data, field):
         channels.create(team, data)
     assert exc.value.field == field and exc.value.status == 422
     assert not Channel.objects.exists()
+
+
+def test_daily_digest_waits_for_its_hour_in_the_team_time_zone(team, mailoutbox):
+    team.time_zone = "Europe/Paris"
+    team.save()
+    ch, _ = channels.create(team, {"name": "digest", "kind": "email", "target": "a@example.com",
+                                   "digest": "daily", "digest_hour": 8})
+    Channel.objects.filter(id=ch.id).update(created_at=NOW - dt.timedelta(days=2))
+    ch.refresh_from_db()
+    firing(team, ch, name="one")
+    firing(team, ch, name="two", workload=None)
+    Notification.objects.update(created_at=NOW, next_attempt_at=NOW)  # written at NOW
+    # NOW is 10:30 UTC = 11:30 in Paris: today's 08:00 slot (07:00 UTC) has passed and no
+    # digest was sent since the channel was made: due now, both alerts in one message.
+    assert notify.due_channel_ids(NOW) == [ch.id]
+    sent = notify.deliver(ch, now=NOW)
+    assert len(sent) == 2 and len(mailoutbox) == 1
+    assert mailoutbox[0].subject == "Daily digest: 2 alert notifications · Vision"
+    # A new alert an hour later waits for tomorrow 08:00 Paris = 07:00 UTC.
+    later = NOW + dt.timedelta(hours=1)
+    Notification.objects.create(channel=ch, kind="firing", dedupe_key="later",
+                                payload=sent[0].payload, created_at=later,
+                                next_attempt_at=later)
+    assert notify.due_channel_ids(later) == [] and notify.deliver(ch, now=later) == []
+    tomorrow = dt.datetime(2026, 11, 11, 7, 0, tzinfo=dt.UTC)
+    assert notify.due_channel_ids(tomorrow - dt.timedelta(minutes=1)) == []
+    assert notify.due_channel_ids(tomorrow) == [ch.id]
+
+
+def test_weekly_digest_slot_is_monday(team):
+    ch = Channel(team=team, digest="weekly", digest_hour=8)  # team time zone UTC
+    # Tuesday 10 Nov 2026 10:30 -> Monday 9 Nov 08:00
+    assert ch.digest_slot(NOW) == dt.datetime(2026, 11, 9, 8, tzinfo=dt.UTC)

@@ -327,3 +327,16 @@ def test_email_through_locmem_backend(team, mailoutbox):
     assert "Energy per inference: 3 J" in mail.body
     assert "fires above 2 J" in mail.body and "Figures: measured." in mail.body
     assert f"/teams/vision/alerts/{rule.id}/" in mail.body
+
+
+def test_budget_month_is_the_team_calendar_month(team):
+    team.time_zone = "Europe/Paris"
+    team.save()
+    rule = make_rule(team, kind="budget", kpi="cost_usd", window="month", fire_level=100.0,
+                     budget_forecast=False)
+    # 31 Oct 22:00 UTC is 23:00 in Paris: October. 31 Oct 23:00 UTC is 1 Nov 00:00: November.
+    rollup(team, dt.datetime(2026, 10, 31, 22, tzinfo=dt.UTC), cost_usd=1000.0)
+    rollup(team, dt.datetime(2026, 10, 31, 23, tzinfo=dt.UTC), cost_usd=50.0)
+    evaluate.run(rule, dt.datetime(2026, 11, 2, 12, tzinfo=dt.UTC))
+    assert rule.state == State.OK and rule.last_value == pytest.approx(50.0)
+    assert Notification.objects.count() == 0

@@ -25,7 +25,7 @@ from django.core.mail import EmailMessage
 from django.core.validators import URLValidator, validate_email
 from django.db import IntegrityError, transaction
 
-from greenops.alerts.models import Channel, ChannelKind
+from greenops.alerts.models import Channel, ChannelKind, Digest
 from greenops.errors import invalid
 from greenops.teams.models import Team
 
@@ -178,7 +178,17 @@ def create(team: Team, data: dict) -> tuple[Channel, str]:
         target = REGISTRY[kind].check_target(str(data.get("target") or ""))
     except ValueError as exc:
         raise invalid("target", str(exc)) from None
-    ch = Channel(team=team, name=name, kind=kind, send_resolved=bool(data.get("send_resolved")))
+    digest = str(data.get("digest") or "")
+    if digest not in Digest.values:
+        raise invalid("digest", "one of daily, weekly, or empty for each alert as it happens")
+    try:
+        digest_hour = int(data.get("digest_hour") or 8)
+    except (TypeError, ValueError):
+        raise invalid("digest_hour", "must be an hour from 0 to 23") from None
+    if not 0 <= digest_hour <= 23:
+        raise invalid("digest_hour", "must be an hour from 0 to 23")
+    ch = Channel(team=team, name=name, kind=kind, send_resolved=bool(data.get("send_resolved")),
+                 digest=digest, digest_hour=digest_hour)
     ch.set_target(target)
     secret = ""
     if kind == ChannelKind.WEBHOOK:

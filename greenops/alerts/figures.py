@@ -10,11 +10,11 @@ this is the file that changes.
 from __future__ import annotations
 
 import datetime as dt
-import zoneinfo
 from dataclasses import asdict, dataclass, field
 
 from django.utils import timezone
 
+from greenops import windows
 from greenops.costs import accounting
 from greenops.kpis import measure, metrics, queries
 from greenops.kpis.models import Period
@@ -63,21 +63,17 @@ ESTIMATED_RAM = {"model", "constant"}
 
 
 def team_tz(team: Team) -> dt.tzinfo:
-    """The team's time zone once core's Team.time_zone lands; UTC until then."""
-    name = getattr(team, "time_zone", "") or "UTC"
-    try:
-        return zoneinfo.ZoneInfo(str(name))
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return dt.UTC
+    """Days, months, digests and mute windows are the team's (Team.time_zone)."""
+    return team.tz
 
 
 def floor_hour(t: dt.datetime) -> dt.datetime:
-    return t.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    return windows.floor_hour(t)
 
 
 def month_start(now: dt.datetime, tz: dt.tzinfo) -> dt.datetime:
-    local = now.astimezone(tz)
-    return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0).astimezone(dt.UTC)
+    """Local midnight on the 1st, as greenops.windows defines a team's calendar month."""
+    return windows.month_containing(now, getattr(tz, "key", "UTC")).start.astimezone(dt.UTC)
 
 
 def window_bounds(key: str, now: dt.datetime, tz: dt.tzinfo) -> tuple[dt.datetime, dt.datetime]:

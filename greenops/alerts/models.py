@@ -26,6 +26,12 @@ class ChannelKind(models.TextChoices):
     APPRISE = "apprise", "Apprise URL (Slack, Teams, PagerDuty, ntfy, …)"
 
 
+class Digest(models.TextChoices):
+    NONE = "", "Send each alert as it happens"
+    DAILY = "daily", "Daily digest"
+    WEEKLY = "weekly", "Weekly digest (Mondays)"
+
+
 class Channel(models.Model):
     team = models.ForeignKey(Team, models.CASCADE, related_name="alert_channels")
     name = models.CharField(max_length=100)
@@ -36,6 +42,11 @@ class Channel(models.Model):
     # Webhook HMAC secret, encrypted; shown once, when the channel is created.
     secret_enc = models.TextField(blank=True)
     send_resolved = models.BooleanField(default=True)
+    # A digest channel collects its notifications and sends them in one message at
+    # digest_hour in the team's time zone, daily or on Mondays.
+    digest = models.CharField(max_length=6, choices=Digest.choices, blank=True, default="")
+    digest_hour = models.PositiveSmallIntegerField(default=8)
+    last_digest_at = models.DateTimeField(null=True, blank=True)
     disabled_at = models.DateTimeField(null=True, blank=True)
     disabled_reason = models.CharField(max_length=500, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
@@ -78,6 +89,24 @@ class Channel(models.Model):
             disabled_at=now, disabled_reason=reason[:500], last_error=reason[:500],
             last_error_at=now)
         self.disabled_at, self.disabled_reason = now, reason[:500]
+
+    def digest_slot(self, now: dt.datetime) -> dt.datetime | None:
+        """The latest scheduled digest time at or before `now` (None: not a digest channel)."""
+        if not self.digest:
+            return None
+        local = now.astimezone(self.team.tz)
+        slot = local.replace(hour=self.digest_hour, minute=0, second=0, microsecond=0)
+        if slot > local:
+            slot -= dt.timedelta(days=1)
+        if self.digest == Digest.WEEKLY:
+            slot -= dt.timedelta(days=slot.weekday())  # back to Monday
+        return slot
+
+    def digest_due(self, now: dt.datetime) -> bool:
+        """Immediate channels always; digest channels once per slot since the last digest
+        (or since the channel was made: its first digest is the next slot, not now)."""
+        slot = self.digest_slot(now)
+        return slot is None or slot > (self.last_digest_at or self.created_at)
 
     def enable(self) -> None:
         Channel.objects.filter(id=self.id).update(disabled_at=None, disabled_reason="")

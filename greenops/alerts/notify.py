@@ -117,11 +117,17 @@ def deliver(channel: Channel, ids: list[int] | None = None,
     now = now or timezone.now()
     if not channel.enabled:
         return []
+    digest = ids is None and bool(channel.digest)
+    if digest and not channel.digest_due(now):
+        return []
     rows = _claim(channel, ids, now)
     if not rows:
         return []
     ids = [n.id for n in rows]
     message = render(channel.team.name, [n.payload for n in rows])
+    if digest:
+        message.title = f"{channel.get_digest_display()}: {len(rows)} alert " \
+                        f"notification{'s' if len(rows) != 1 else ''} · {channel.team.name}"
     try:
         channels.transport_for(channel).send(message)
     except channels.TransportError as exc:
@@ -141,15 +147,24 @@ def deliver(channel: Channel, ids: list[int] | None = None,
     else:
         Notification.objects.filter(id__in=ids).update(status=NotificationStatus.SENT,
                                                        sent_at=timezone.now(), error="")
-        Channel.objects.filter(id=channel.id).update(last_delivery_at=timezone.now())
+        done = {"last_delivery_at": timezone.now()}
+        if digest:
+            done["last_digest_at"] = now
+        Channel.objects.filter(id=channel.id).update(**done)
+        for key, value in done.items():
+            setattr(channel, key, value)
     return list(Notification.objects.filter(id__in=ids))
 
 
 def due_channel_ids(now: dt.datetime | None = None) -> list[int]:
+    """Channels with notifications due: now for immediate channels, at their slot for
+    digest channels."""
     now = now or timezone.now()
-    return list(Notification.objects.filter(
+    ids = set(Notification.objects.filter(
         status=NotificationStatus.PENDING, next_attempt_at__lte=now,
-        channel__disabled_at__isnull=True).values_list("channel_id", flat=True).distinct())
+        channel__disabled_at__isnull=True).values_list("channel_id", flat=True))
+    chans = Channel.objects.filter(id__in=ids).select_related("team")
+    return sorted(c.id for c in chans if c.digest_due(now))
 
 
 def live_payloads(channel: Channel, now: dt.datetime) -> list[dict]:

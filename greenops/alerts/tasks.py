@@ -32,7 +32,9 @@ def evaluate_rules() -> int:
     return len(ids)
 
 
-@shared_task
+# A rule that takes longer than this is stopped and shows the error on its page (Celery raises
+# SoftTimeLimitExceeded inside the evaluation, which observe() records as the Error state).
+@shared_task(soft_time_limit=50, time_limit=60)
 def evaluate_rule(rule_id: int, tick: str) -> str:
     """Evaluate one rule for one minute. Claiming the minute first makes a duplicated message
     (a broker redelivery, two beat processes) a no-op instead of a second notification."""

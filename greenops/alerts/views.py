@@ -16,6 +16,7 @@ from greenops.alerts import channels, figures, notify, rules
 from greenops.alerts.models import (
     Channel,
     ChannelKind,
+    Digest,
     Direction,
     NoDataPolicy,
     Notification,
@@ -177,8 +178,8 @@ def _channels_page(request: HttpRequest, team: Team, *, error: FieldError | None
         last[ch.id] = ch.notifications.first()
     return render(request, "alerts/channels.html", {
         "team": team, "channels": [(c, last[c.id]) for c in chans],
-        "kinds": ChannelKind.choices, "error": error, "d": data or {"kind": "email",
-                                                                    "send_resolved": True},
+        "kinds": ChannelKind.choices, "digests": Digest.choices,
+        "error": error, "d": data or {"kind": "email", "send_resolved": True},
         "new_secret": new_secret, "created": created,
         "can_manage": "channels.manage" in request.team_actions,
         "max_attempts": settings.ALERTS_MAX_ATTEMPTS,
@@ -191,7 +192,9 @@ def _channels_page(request: HttpRequest, team: Team, *, error: FieldError | None
 def channel_new(request: HttpRequest, team: Team) -> HttpResponse:
     data = {"name": request.POST.get("name", ""), "kind": request.POST.get("kind", ""),
             "target": request.POST.get("target", ""),
-            "send_resolved": "send_resolved" in request.POST}
+            "send_resolved": "send_resolved" in request.POST,
+            "digest": request.POST.get("digest", ""),
+            "digest_hour": request.POST.get("digest_hour", "")}
     try:
         ch, secret = channels.create(team, data)
     except FieldError as exc:
