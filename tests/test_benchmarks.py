@@ -195,7 +195,7 @@ def test_run_page_shows_the_gate_table_and_samples(client, team_roles, team, api
     html = client.get(url).content.decode()
     for cell in gate.table_cells(run.gate_result())[0][:5]:  # the CI job's very table
         assert cell in html
-    assert "+20.0 %" in html and "merge base" in html and "NVML energy counter" in html
+    assert "+20.0 %" in html and "merge base" in html and "NVML counter" in html
     assert "unknown: the run gave no price" in html
     resp = client.post(url + "acknowledge/", {"kpi": "energy_per_inference_j", "reason": ""})
     assert resp.status_code == 400 and "reason: say why" in resp.content.decode()

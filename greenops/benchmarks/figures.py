@@ -49,8 +49,8 @@ def kpi_history(points: list[dict], kpi: gate.Kpi) -> dict:
                        "text": [a[2] for a in acked],
                        "marker": {"symbol": "star", "size": 15, "color": "#7c3aed"},
                        "hovertemplate": "acknowledged: %{text}<extra></extra>"})
-    title = f"{kpi.label} ({kpi.unit})" + (" (includes simulated runs)" if simulated else "")
+    title = f"{kpi.label} ({kpi.unit})" + (" (incl. simulated)" if simulated else "")
     return {"data": traces, "layout": {
         **LAYOUT, "title": {"text": title}, "hovermode": "closest",
-        "xaxis": {"type": "category", "gridcolor": "#e5e7eb", "title": {"text": "commit"}},
+        "xaxis": {"type": "category", "gridcolor": "#e5e7eb", "automargin": True},
         "yaxis": {"title": {"text": kpi.unit}, "gridcolor": "#e5e7eb", "rangemode": "tozero"}}}
