@@ -105,16 +105,14 @@ def delete_team(team: Team, actor, *, confirm: str) -> None:
     """Delete the team and everything in it: hosts with all their samples and rollups,
     workloads, tokens, invitations, its audit log. `confirm` must be the team's exact name, so
     a slip of the mouse cannot do it. One audit row (with no team) records the deletion."""
-    from greenops.telemetry.models import ROLLUPS, Gpu, GpuSample
+    # Lazily: telemetry's models depend on teams', not the other way round.
+    from greenops.telemetry.models import delete_measurements
 
     if confirm.strip() != team.name:
         raise MembershipError(f"type the team's name ({team.name}) exactly to delete it")
-    # Samples and rollups reference GPUs without a database foreign key (ingest never pays for
-    # one), so they are deleted explicitly, as when a single host's history is deleted.
-    gpu_ids = list(Gpu.objects.filter(host__team=team).values_list("id", flat=True))
-    samples, _ = GpuSample.objects.filter(gpu_id__in=gpu_ids).delete()
-    for model in ROLLUPS.values():
-        model.objects.filter(gpu_id__in=gpu_ids).delete()
+    # Samples and rollups do not cascade (no database foreign key): the same path as deleting
+    # one host's history.
+    samples = delete_measurements(team.hosts.all())
     detail = {"slug": team.slug, "team_id": team.id, "hosts": team.hosts.count(),
               "members": team.memberships.count(), "samples": samples}
     name = team.name

@@ -26,6 +26,7 @@ from greenops.telemetry.models import (
     ENROLL_TOKEN_PREFIX,
     EnrollmentToken,
     Host,
+    delete_measurements,
 )
 from greenops.tokens import hash_token, new_token
 
@@ -181,15 +182,9 @@ def remove(host: Host, actor) -> None:
 
 def delete_history(host: Host, actor) -> int:
     """Delete the host and everything measured on it; past reports change. Returns the number
-    of raw samples deleted. Rollups and samples are keyed by GPU id without a database foreign
-    key (so ingest never pays for one), hence the explicit deletes before the host goes."""
-    from greenops.telemetry.models import ROLLUPS, Gpu, GpuSample
-
-    gpu_ids = list(Gpu.objects.filter(host=host).values_list("id", flat=True))
+    of raw samples deleted."""
     with transaction.atomic():
-        deleted, _ = GpuSample.objects.filter(gpu_id__in=gpu_ids).delete()
-        for model in ROLLUPS.values():
-            model.objects.filter(gpu_id__in=gpu_ids).delete()
+        deleted = delete_measurements(Host.objects.filter(id=host.id))
         team, name = host.team, host.name
         host.delete()
         audit.record(team, actor, AuditEvent.Action.HOST_DELETED, name, samples=deleted)

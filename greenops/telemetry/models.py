@@ -183,6 +183,18 @@ class GpuDay(RollupFields):
 ROLLUPS = {"minute": GpuMinute, "hour": GpuHour, "day": GpuDay}
 
 
+def delete_measurements(hosts: models.QuerySet) -> int:
+    """Delete the raw samples and GPU rollups of these hosts' GPUs; returns the number of raw
+    samples deleted. They are keyed by GPU id without a database foreign key (so ingest never
+    pays for one), so deleting a host or a team does not cascade to them: the one path that
+    deletes a host's history, used by host deletion and team deletion alike."""
+    gpu_ids = list(Gpu.objects.filter(host__in=hosts).values_list("id", flat=True))
+    deleted, _ = GpuSample.objects.filter(gpu_id__in=gpu_ids).delete()
+    for model in ROLLUPS.values():
+        model.objects.filter(gpu_id__in=gpu_ids).delete()
+    return deleted
+
+
 # --- Enrollment and host lifecycle (issue 4) ----------------------------------------------
 
 ENROLL_TOKEN_PREFIX = "gen_"
