@@ -87,3 +87,16 @@ def test_methodology_page(client, users):
     html = client.get("/methodology/").content.decode()
     assert "Uptime Institute" in html and "cloud_regions.csv" in html
     assert "us-east-1" in html and "US state table: VA" in html
+
+
+def test_methodology_states_the_inference_metric_rules(client, users):
+    """Issue 8 items 2-6, 8 and 15: each rule is stated where users read how figures are made."""
+    client.force_login(users["member"])
+    html = client.get("/methodology/").content.decode()
+    for words in ("histogram_quantile", "200 + 200 × 2.5/3 = 366.7 ms",  # percentiles
+                  "time to first response", "nv_inference_queue_duration_us",  # Triton
+                  "vllm:time_to_first_token_seconds", "vllm:prompt_tokens_total",
+                  "nv_energy_consumption", "process_start_time_seconds",  # restarts
+                  "shorter than its Content-Length", "One bad window loses only itself",
+                  "<code>1e309</code>", "power limit × the interval × 1.2"):
+        assert words in html, words

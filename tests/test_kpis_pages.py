@@ -52,8 +52,9 @@ def test_workload_page_has_its_three_charts_and_p99(client, users, team, live_da
     html = r.content.decode()
     for fig in ("fig-epi", "fig-latency", "fig-throughput"):
         assert f'data-figure="{fig}"' in html and f'id="{fig}"' in html
-    # 990 at 20 ms, 10 at 400 ms: p99 (rank 990) falls in the bucket (19.95, 22.39] ms, and
-    # is reported as its upper bound 10^(27/20) ms.
+    # 990 at 20 ms, 10 at 400 ms: p99 (rank 0.99 x 1000 = 990) reaches the cumulative count of
+    # the bucket (19.95, 22.39] ms exactly, so histogram_quantile gives its upper bound,
+    # 10^(27/20) ms.
     assert 'data-kpi="latency_p99_ms">22.4 ms' in html
     assert r.context["ov"]["current"]["latency_p99_ms"] == pytest.approx(10 ** 1.35, rel=1e-6)
 
@@ -177,3 +178,49 @@ def test_workload_page_says_when_its_gpus_are_shared(client, users, team, live_d
     assert alone.sharing() == []
     assert 'id="shared-gpus"' not in client.get(
         f"/teams/{team.slug}/kpis/workloads/solo/").content.decode()
+
+
+def test_workload_page_shows_prometheus_percentiles_timings_and_tokens(client, users, team):
+    """vLLM /metrics -> agent window -> intake -> hourly rollup -> page, figures by hand."""
+    import time as _time
+    from pathlib import Path
+
+    from collectors.scrape import TargetScraper, parse_target
+    from greenops.kpis import inference
+
+    data = Path(__file__).resolve().parent / "data"
+    pages = iter(["vllm_metrics_1.txt", "vllm_metrics_2.txt"])
+    target = parse_target({"url": "http://vllm:8000/metrics", "kind": "vllm",
+                           "workload": "chat"}, "scrape[0]")
+    scraper = TargetScraper(target, lambda url, timeout: (data / next(pages)).read_text())
+    end = _time.time() - 5
+    assert scraper.scrape(end - 15) is None
+    window = scraper.scrape(end)
+    Workload.objects.create(team=team, name="Chat", kind="inference")
+    answer = inference.accept(team, {"batch_id": "5b1f0c52-8f3e-4a51-9d0c-2e7b6a1c9f30",
+                                     "windows": [window]})
+    assert answer["refused"] == []
+    hour = windows.floor_hour(timezone.now())
+    rollup.rebuild(team, hour - dt.timedelta(hours=1), hour + dt.timedelta(hours=1),
+                   stand_in_factors())
+    client.force_login(users["member"])
+    r = client.get(f"/teams/{team.slug}/kpis/workloads/chat/")
+    assert r.status_code == 200
+    k = r.context["ov"]["current"]
+    # e2e cumulative deltas 0, 1, 4, 10, 25, 40, 50, 65, 72, 74, 75 at 0.3 ... 20 s (n = 75):
+    # p50 rank 37.5 in (1.5, 2] s: 1.5 + 0.5 x 12.5/15 = 1.9167 s; p99 rank 74.25 in (15, 20]:
+    # 15 + 5 x 0.25 = 16.25 s -- what Prometheus' histogram_quantile gives over these buckets.
+    assert k["latency_p50_ms"] == pytest.approx(1916.6666667)
+    assert k["latency_p99_ms"] == pytest.approx(16_250.0)
+    html = r.content.decode()
+    assert 'data-kpi="latency_p99_ms">16250.0 ms' in html
+    # Time to first token: 75 new observations, all above 2,560 s in this page (only +Inf
+    # moved), so its percentiles are the highest finite bound; mean (13.6 - 9.12) s / 75.
+    ttft = next(t for t in k["timings"] if t["name"] == "first_token")
+    assert ttft["mean_ms"] == pytest.approx(4480 / 75)
+    assert ttft["p50_ms"] == 2_560_000.0 and ttft["n"] == 75
+    assert 'data-timing="first_token"' in html and "Time to first token" in html
+    # Tokens: 24,000 generated and 31,500 prompt over the same seconds as the 75 requests.
+    assert k["tokens"] == 24000 and k["prompt_tokens"] == 31500
+    assert k["generation_tokens_per_s"] == pytest.approx(k["throughput_per_s"] * 24000 / 75)
+    assert k["prompt_tokens_per_s"] == pytest.approx(k["throughput_per_s"] * 31500 / 75)
