@@ -184,3 +184,32 @@ def test_usage_errors(tmp_path, fake_gpu, monkeypatch, capsys):
     assert "--tolerance joules: one of energy_per_inference_j" in capsys.readouterr().err
     assert run_cli(head, "--baseline-branch", "main", monkeypatch=monkeypatch) == 2
     assert "--baseline-branch reads the server's history" in capsys.readouterr().err
+
+
+class FakeHostEnergy:
+    """codecarbon's place: CPU 40 W and RAM 10 W measured over each run (HostEnergySource)."""
+
+    kind, version, cpu_method, ram_method = "codecarbon", "3.0.0", "rapl", "model"
+
+    def __init__(self) -> None:
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+
+    def read(self, dt_s: float):
+        from collectors.host_energy import HostReading
+
+        return HostReading(40.0, 40.0 * dt_s, 10.0, 10.0 * dt_s)
+
+
+def test_cpu_and_ram_energy_are_recorded_but_not_gated(tmp_path, fake_gpu):
+    head = write_profile(tmp_path / "head", [50.0], count=100)
+    host = FakeHostEnergy()
+    settings = bench.Settings(FAKE_BENCH, [0], count=100)
+    s = bench.run_once(settings, NvmlSource(CounterFileNvml(fake_gpu)), host, head, "head", 0)
+    assert host.starts == 1  # a fresh CPU baseline for every run
+    # CPU + RAM: (40 + 10) W x wall time; IT energy per inference adds it to the GPU's 50 J.
+    assert s["cpu_ram_energy_j"] == pytest.approx(50.0 * s["wall_s"])
+    assert s["it_energy_per_inference_j"] == pytest.approx((50.0 + 50.0 * s["wall_s"]) / 100)
+    assert s["energy_per_inference_j"] == pytest.approx(0.5)  # the gated figure: GPU only
