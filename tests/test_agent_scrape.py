@@ -625,3 +625,45 @@ def test_the_shipper_acks_a_partly_refused_batch_and_logs_each_refused_window(
     spool.close()
     assert shipper.refused_windows == 1 and shipper.sent_batches == 1
     assert "windows[1].workload" in caplog.text
+
+
+# --- vLLM time per output token (issue 8 item 4) ---------------------------------------------
+
+TPOT_LE = ["0.01", "0.025", "0.05", "0.075", "0.1", "0.15", "0.2", "0.3", "0.4", "0.5", "0.75",
+           "1.0", "2.5"]
+
+
+def tpot_family(cumulative: list[int], total_s: float) -> str:
+    """vllm:time_per_output_token_seconds as vLLM's prometheus_client prints it."""
+    labels = 'engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"'
+    lines = ["# HELP vllm:time_per_output_token_seconds Histogram of time per output token "
+             "in seconds.", "# TYPE vllm:time_per_output_token_seconds histogram"]
+    for le, c in zip([*TPOT_LE, "+Inf"], cumulative, strict=True):
+        lines.append(f'vllm:time_per_output_token_seconds_bucket{{engine="0",le="{le}",'
+                     f'model_name="meta-llama/Llama-3.1-8B-Instruct"}} {float(c)}')
+    lines.append(f"vllm:time_per_output_token_seconds_count{{{labels}}} {float(cumulative[-1])}")
+    lines.append(f"vllm:time_per_output_token_seconds_sum{{{labels}}} {total_s}")
+    return "\n".join(lines) + "\n"
+
+
+def test_vllm_time_per_output_token_percentiles(metrics):
+    from greenops.kpis import inference, timings
+
+    s = scraper_for(metrics, "vllm")
+    first = [0, 100, 900, 2400, 3400, 3900, 4000, 4000, 4000, 4000, 4000, 4000, 4000, 4000]
+    second = [0, 150, 1300, 3600, 5000, 5800, 5950, 6000, 6000, 6000, 6000, 6000, 6000, 6000]
+    metrics.body = (DATA / "vllm_metrics_1.txt").read_text() + tpot_family(first, 250.0)
+    assert s.scrape(1.0) is None
+    metrics.body = (DATA / "vllm_metrics_2.txt").read_text() + tpot_family(second, 370.0)
+    w = s.scrape(16.0)
+    tpot = w["timings"]["per_output_token"]
+    # Deltas: 0, 50, 400, 1200, 1600, 1900, 1950, 2000, ... (2000 tokens), 120 s in all.
+    assert tpot["counts"] == [0, 50, 400, 1200, 1600, 1900, 1950] + [2000] * 7
+    assert tpot["sum"] == pytest.approx(120.0)
+    summary = timings.summary(inference.parse_timings(w["timings"], "timings"))
+    row = next(r for r in summary if r["name"] == "per_output_token")
+    assert row["mean_ms"] == pytest.approx(60.0)  # 120 s / 2000 tokens
+    # p50: rank 1000 -> (50, 75] ms (400 -> 1200): 50 + 25 x 600/800 = 68.75 ms.
+    assert row["p50_ms"] == pytest.approx(68.75)
+    # p99: rank 1980 -> (200, 300] ms (1950 -> 2000): 200 + 100 x 30/50 = 260 ms.
+    assert row["p99_ms"] == pytest.approx(260.0)
