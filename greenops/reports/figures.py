@@ -297,7 +297,9 @@ def _jobs(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
                     "running": s["running"], "time_to_train_s": s["time_to_train_s"],
                     "energy_kwh": s["energy_kwh"],
                     "facility_energy_kwh": s["facility_energy_kwh"], "co2e_kg": s["co2e_kg"],
-                    "cost_usd": s["cost_usd"], "gpu_hours": s["gpu_hours"]})
+                    "cost_usd": s["cost_usd"], "gpu_hours": s["gpu_hours"],
+                    "accounted": s["accounted_at"] is not None,
+                    "cost_source": s["cost_source"]})
     return out
 
 

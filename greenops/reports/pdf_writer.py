@@ -55,7 +55,7 @@ def _table(t: present.Table, st: dict, width: float) -> list:
     else:
         data = [[Paragraph(f"<b>{_esc(h)}</b>", st["cell"]) for h in t.headers]]
         data += [[Paragraph(_esc(c), st["cell"]) for c in r] for r in t.rows]
-        table = Table(data, repeatRows=1, colWidths=[width / len(t.headers)] * len(t.headers))
+        table = Table(data, repeatRows=1, colWidths=_widths(t, width))
         table.setStyle(TableStyle([
             ("BACKGROUND", (0, 0), (-1, 0), GREY),
             ("LINEBELOW", (0, 0), (-1, 0), 0.6, GREEN),
@@ -65,6 +65,17 @@ def _table(t: present.Table, st: dict, width: float) -> list:
         out.append(table)
     out += [Paragraph(_esc(n), st["note"]) for n in t.notes]
     return out
+
+
+def _widths(t: present.Table, width: float) -> list[float]:
+    """Column widths by how much text each column holds, so prose columns ("Why") get room
+    and short figures do not: average cell length, kept between 8 and 60 characters."""
+    weights = []
+    for i, header in enumerate(t.headers):
+        cells = [len(r[i]) for r in t.rows] + [min(len(header), 14)]
+        weights.append(min(max(sum(cells) / len(cells), 8.0), 60.0))
+    total = sum(weights)
+    return [width * w / total for w in weights]
 
 
 def _bar_chart(title: str, labels: list[str], values: list[float], unit: str,

@@ -104,7 +104,16 @@ def jobs(fig: dict) -> Table:
             for j in fig["jobs"]]
     return Table("jobs", "Training jobs",
                  ["Job", "Workload", "Time to train", "IT energy", "CO2e", "Cost"], rows,
-                 empty="No training job ran this month.")
+                 empty="No training job ran this month.", notes=_job_notes(fig["jobs"]))
+
+
+def _job_notes(items: list[dict]) -> list[str]:
+    pending = [j["name"] for j in items if not j.get("accounted", True)]
+    if not pending:
+        return []
+    return [f"{len(pending)} job(s) not yet accounted by the KPI task, so their energy, carbon "
+            f"and cost are unknown: {', '.join(pending[:10])}"
+            + (" …" if len(pending) > 10 else "")]
 
 
 def hosts(fig: dict, limit: int | None = None) -> Table:
@@ -124,7 +133,8 @@ def hosts(fig: dict, limit: int | None = None) -> Table:
 def sci(fig: dict) -> Table:
     rows = [[r["subject"], f"per {r['unit']}", num(r["r"], 0), num(r["e_kwh"], 3, "kWh"),
              num(r["ei_g"], 1, "g"), num(r["m_g"], 1, "g") if r["m_g"] is not None
-             else "not recorded", num(r["sci_g"], 4, "g CO2e")]
+             else "not recorded",
+             num(r["sci_g"], 4 if r["unit"] == "inference" else 1, "g CO2e")]
             for r in fig["sci"]["rows"]]
     return Table("sci", "Software Carbon Intensity (SCI = (E × I + M) per R)",
                  ["Subject", "R", "R count", "E (facility)", "E × I", "M (embodied)", "SCI"],
