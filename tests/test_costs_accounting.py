@@ -10,7 +10,7 @@ import pytest
 from greenops.costs.accounting import collect, team_costs
 from greenops.costs.catalog import host_price, hourly_price, is_stale
 from greenops.costs.models import INTERRUPTION_BANDS, HostCostConfig, Price, PriceMethod
-from greenops.telemetry.models import GpuHour, Host
+from greenops.telemetry.models import GpuHour, GpuMinute, Host
 from greenops.workloads.models import Workload
 from tests.conftest import make_host
 
@@ -32,12 +32,21 @@ def set_price(instance_type: str, region: str, option: str, usd: str, *, as_of=N
 
 
 def add_hours(gpu, n: int, util: float, *, end=END, kwh_per_hour: float = 0.3,
-              mem_mib: float = 20_000.0) -> None:
+              mem_mib: float = 20_000.0, minutes: bool = True) -> None:
+    """n hours ending at `end`, as the rollups hold them: one GpuHour row per hour and (unless
+    `minutes` is off) its 60 GpuMinute rows at the same utilisation."""
     GpuHour.objects.bulk_create([
         GpuHour(gpu=gpu, bucket=end - dt.timedelta(hours=i + 1), samples=60, util_sum=util * 60,
                 util_n=60, energy_j=kwh_per_hour * 3_600_000, mem_used_max_mib=mem_mib)
         for i in range(n)
     ])
+    if minutes:
+        GpuMinute.objects.bulk_create([
+            GpuMinute(gpu=gpu, bucket=end - dt.timedelta(hours=i + 1, minutes=-m), samples=1,
+                      util_sum=util, util_n=1, energy_j=kwh_per_hour * 60_000,
+                      mem_used_max_mib=mem_mib)
+            for i in range(n) for m in range(60)
+        ], batch_size=5000)
 
 
 def enrolled(host, at: dt.datetime, removed: dt.datetime | None = None) -> None:
@@ -152,13 +161,15 @@ def test_on_prem_hardware_is_billed_only_while_the_host_existed(busy_and_idle):
     assert row["billed_hours"] == 24 and row["cost_usd"] == pytest.approx(240.0)
 
 
-def test_on_prem_host_is_amortised_hardware_plus_electricity(busy_and_idle):
+def test_on_prem_host_is_amortised_hardware_plus_electricity(busy_and_idle, settings):
+    # The PUE is the host's site factor (here the configured default), never a costs default.
+    settings.GREENOPS_DEFAULT_PUE = 1.5
     host, _, _ = busy_and_idle
     host.purchase_option, host.provider = "on_prem", "on_prem"
     host.save()
     HostCostConfig.objects.create(host=host, hardware_usd=Decimal("250000"),
                                   amortisation_months=36,
-                                  electricity_usd_per_kwh=Decimal("0.20"), pue=1.5)
+                                  electricity_usd_per_kwh=Decimal("0.20"))
     [row] = team_costs(collect(host.team, 7, NOW))["hosts"]
     # 250000 / (36 x 730 h) = 9.512938 $/h x 168 h = 1598.1735; 3.6 kWh x 1.5 x 0.20 = 1.08
     assert row["cost_usd"] == pytest.approx(250000 / 26280 * 168 + 1.08)

@@ -9,7 +9,8 @@ The scenario (used by the rollup and job tests too):
   IT energy:  A 2,016,000 J = 0.56 kWh          B 900,000 J = 0.25 kWh
   Facility:   A 0.56 x 1.5 = 0.84 kWh           B 0.25 x 1.1 = 0.275 kWh     total 1.115 kWh
   Carbon:     A 0.84 x 400 = 336 g              B 0.275 x 100 = 27.5 g       total 363.5 g
-  Cost:       A0 $8/2 GPUs x 1 h = $4           B0 $2/1 GPU x 0.5 h = $1     total $5
+  Cost:       host A ran in H: $8 x 1 h x 1/2 (W has 1 of its 2 GPUs) = $4
+              host B ran in H (30 min: a started hour is billed): $2 x 1 h x 1/1 = $2   total $6
   Inference:  windows of 1000 + 2000 + 635 = 3635 requests in H
 """
 
@@ -112,7 +113,8 @@ def test_workload_energy_carbon_and_cost_hand_computed(scenario):
     assert "test table: A" in t.intensity_source and "test table: B" in t.intensity_source
     assert t.util_sum / t.util_n == pytest.approx((50 * 60 + 20 * 30) / 90)
     assert t.gpu_minutes == 90
-    assert t.cost_usd == pytest.approx(5.0)
+    # One cost model with the Costs page: host-hours, not GPU-minutes (which gave $5).
+    assert t.cost_usd == pytest.approx(6.0)
     assert "CPU rapl, RAM constant" in t.cpu_ram_method
 
 
@@ -138,7 +140,7 @@ def test_energy_per_inference_over_a_window_with_known_counts(scenario):
     assert k["throughput_per_s"] == pytest.approx(3635 / 1800)
     assert k["energy_per_inference_j"] == pytest.approx(2_916_000 / 3635)
     assert k["co2e_per_1k_inferences_g"] == pytest.approx(100.0)
-    assert k["cost_per_1k_inferences_usd"] == pytest.approx(5.0 / 3635 * 1000)
+    assert k["cost_per_1k_inferences_usd"] == pytest.approx(6.0 / 3635 * 1000)
     assert k["energy_per_token_j"] is None  # no tokens reported
 
 

@@ -36,7 +36,7 @@ def test_hour_row_holds_the_hand_computed_figures_and_its_sources(scenario):
     assert row.gpu_energy_j == pytest.approx(2_520_000)
     assert row.facility_energy_j == pytest.approx(1.115 * 3_600_000)
     assert row.co2e_g == pytest.approx(363.5)
-    assert row.cost_usd == pytest.approx(5.0)
+    assert row.cost_usd == pytest.approx(6.0)  # host-hours: $8 x 1/2 + $2 x 1 (see measure)
     # The stored carbon figure keeps the intensity and PUE it used, with their sources.
     assert row.intensity_g_per_kwh == pytest.approx(363.5 / 1.115)
     assert "400 g/kWh (test table: A)" in row.intensity_source
@@ -61,7 +61,8 @@ def test_rerunning_changes_nothing_and_day_rows_merge_hours(scenario):
     day = KpiRollup.objects.get(workload=w, period=Period.DAY, bucket=H.replace(hour=0))
     assert day.requests == 4000
     assert day.gpu_energy_j == pytest.approx(2_520_000 + 360_000)
-    assert day.cost_usd == pytest.approx(5.0 + 4.0)
+    # H: $6; H+1: only host A ran, W's share 1/2 of $8 = $4
+    assert day.cost_usd == pytest.approx(6.0 + 4.0)
 
 
 def test_run_picks_up_late_inference_windows_through_the_cursor(scenario):

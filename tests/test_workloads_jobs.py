@@ -42,7 +42,8 @@ def test_job_accounting_hand_computed(scenario):
     # CPU/RAM: A 432,000 x 1/2 x 0.5 h = 108,000 J; B 180,000 x 0.5 h = 90,000 J
     # A: 1,008,000 J = 0.28 kWh x 1.5 = 0.42 kWh x 400 = 168 g
     # B:   450,000 J = 0.125 kWh x 1.1 = 0.1375 kWh x 100 = 13.75 g
-    # Cost: A0 0.5 h x $8/2 = $2; B0 0.25 h x $2 = $0.50
+    # Cost (the Costs page's model: the hosts' hours in the window x the job's share of each):
+    #   A ran, 0.5 h x $8 x 1/2 GPUs = $2; B ran, 0.5 h x $2 x 1/1 = $1 (GPU-minutes gave $2.50)
     w = scenario["workload"]
     job = TrainingJob.objects.create(team=w.team, workload=w, name="run 1",
                                      started_at=H + dt.timedelta(minutes=15),
@@ -55,7 +56,7 @@ def test_job_accounting_hand_computed(scenario):
     assert job.cpu_ram_energy_j == pytest.approx(198_000)
     assert job.facility_energy_j == pytest.approx((0.42 + 0.1375) * 3_600_000)
     assert job.co2e_kg == pytest.approx(0.18175)
-    assert job.cost_usd == pytest.approx(2.5)
+    assert job.cost_usd == pytest.approx(3.0)
     assert job.gpu_hours == pytest.approx(0.75)
     assert "test table: A" in job.intensity_source and "test table: B" in job.intensity_source
     s = jobs.summary(job)

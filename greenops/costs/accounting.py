@@ -1,9 +1,15 @@
-"""Cost accounting: host-hours x price -> per host, team, workload and training job; idle cost.
+"""The one cost model of every page, report and alert, and the Costs page's per-host figures.
 
-Usage comes from GpuHour rollups (never raw samples). A host counts as running in an hour when
-any of its GPUs reported in that hour. Commitments (reserved, savings plan) and on-premises
-hardware are paid for every hour of the window the host existed (from its enrollment to its
-removal) whether it ran or not; on-demand and spot only for hours it ran.
+Cost of a set of GPUs over [start, end) (`cost_of`), per host and hour:
+  - an hour is billed when the host ran in it (any of its GPUs reported) or, for commitments
+    (reserved, savings plan) and owned on-premises hardware, when the host existed in it (from
+    its enrollment to its removal) whether it ran or not;
+  - each billed hour costs the host's price in force in that hour x the part of the hour inside
+    the window x the set's share of the host (its GPUs there / all the host's GPUs);
+  - on premises add electricity: the set's IT energy (GPU + CPU/RAM share) x the host's PUE
+    from the carbon app's site factors x $/kWh.
+The KPI rollups, training jobs, the Costs page, alerts and reports all call `cost_of`, so the
+same host and window cost the same everywhere. Usage comes from rollups, never raw samples.
 """
 
 from __future__ import annotations
@@ -14,18 +20,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import models
-from django.utils import timezone
+from django.db.models import Count, F, Q
+from django.db.models.functions import TruncHour
 
+from greenops import windows
+from greenops.carbon.accounting import FactorsFor, cached_site_factors
 from greenops.costs.catalog import HourlyPrice, PriceProblem, host_price
-from greenops.energy import ItEnergy
+from greenops.energy import ItEnergy, floor_hour, hour_aligned, it_energy, overlap
 from greenops.teams.models import Team
-from greenops.telemetry.models import GpuHour, Host, PurchaseOption
+from greenops.telemetry.models import GpuHour, GpuMinute, Host, PurchaseOption
 from greenops.units import J_PER_KWH
 
-LOOKBACKS_DAYS = (7, 30, 60)
-IDLE_UTIL_PCT = 5.0  # below this a GPU-hour is idle: nothing serious runs at <5% SM activity
+LOOKBACKS_DAYS = windows.LOOKBACK_DAYS
+IDLE_UTIL_PCT = 5.0  # below this a GPU-minute is idle: nothing serious runs at <5% SM activity
 COMMITTED = (PurchaseOption.RESERVED, PurchaseOption.SAVINGS_PLAN, PurchaseOption.ON_PREM)
-
+HOUR = dt.timedelta(hours=1)
 
 # The price of a host in a given hour: what it cost then, or why there is none.
 PriceFor = Callable[[Host, dt.datetime], HourlyPrice | PriceProblem | None]
@@ -43,6 +52,63 @@ def cached_prices(now: dt.datetime | None = None) -> PriceFor:
     return lookup
 
 
+def is_committed(host: Host) -> bool:
+    """Paid for every hour owned, run or not."""
+    return host.purchase_option in COMMITTED or host.provider == "on_prem"
+
+
+def existing_hours(host: Host, start: dt.datetime, end: dt.datetime) -> set[dt.datetime]:
+    """The hour buckets overlapping [start, end) in which the host existed for at least part of
+    the hour: a commitment or owned hardware is not ours to pay before enrollment or after
+    removal. The hour it was enrolled in counts whole, as AWS bills a started hour."""
+    first = floor_hour(start)
+    if host.created_at is not None and host.created_at > start:
+        first = max(first, floor_hour(host.created_at))
+    last = min(end, host.removed_at) if host.removed_at is not None else end
+    out = set()
+    b = first
+    while b < last:
+        out.add(b)
+        b += HOUR
+    return out
+
+
+def running_hours(host_ids: list[int], start: dt.datetime, end: dt.datetime
+                  ) -> dict[int, set[dt.datetime]]:
+    """Per host: the hour buckets overlapping [start, end) in which any of its GPUs reported
+    inside the window (hour rollups for hour-aligned windows, minute rollups otherwise)."""
+    if hour_aligned(start, end):
+        rows = GpuHour.objects.filter(gpu__host_id__in=host_ids, bucket__gte=start,
+                                      bucket__lt=end, samples__gt=0) \
+            .values_list("gpu__host_id", "bucket").distinct()
+    else:
+        rows = GpuMinute.objects.filter(gpu__host_id__in=host_ids, bucket__gte=start,
+                                        bucket__lt=end, samples__gt=0) \
+            .annotate(h=TruncHour("bucket")).values_list("gpu__host_id", "h").distinct()
+    out: dict[int, set[dt.datetime]] = defaultdict(set)
+    for host_id, bucket in rows:
+        out[host_id].add(floor_hour(bucket))
+    return out
+
+
+@dataclass
+class HostLine:
+    """One host's part of a cost: what was billed, at which price, and why not if not."""
+
+    host: Host
+    share: float
+    running_hours: float = 0.0  # hours it ran, weighted by the part inside the window
+    billed_hours: float = 0.0  # hours billed (owned, for commitments), same weighting
+    hardware_usd: float = 0.0  # billed hours x price x share
+    electricity_usd: float = 0.0  # on premises only
+    price: HourlyPrice | None = None  # the latest price used
+    problem: PriceProblem | None = None
+
+    @property
+    def cost_usd(self) -> float | None:
+        return None if self.problem is not None else self.hardware_usd + self.electricity_usd
+
+
 @dataclass
 class Cost:
     """What a set of GPUs cost over a window; `cost_usd` is None when any host has no price
@@ -51,35 +117,72 @@ class Cost:
     cost_usd: float | None = 0.0
     source: str = ""
     problems: list[str] = field(default_factory=list)
+    hosts: dict[int, HostLine] = field(default_factory=dict)
 
 
 def _label(price: HourlyPrice) -> str:
     return f"{price.source} (stale)" if price.stale else price.source
 
 
-def cost_of(energy: ItEnergy, price: PriceFor | None = None) -> Cost:
-    """Each GPU-minute observed costs the host's hourly price / its GPU count / 60."""
+def _problem(found: HourlyPrice | PriceProblem | None, host: Host) -> PriceProblem:
+    if isinstance(found, PriceProblem):
+        return found
+    return PriceProblem("missing_price", f"{host.name}: no price")
+
+
+def cost_of(energy: ItEnergy, price: PriceFor | None = None,
+            factors: FactorsFor | None = None) -> Cost:
+    """The cost of the GPUs measured in `energy` over its window: the model in this module's
+    docstring, host by host and hour by hour."""
     price = price or cached_prices()
-    total, sources, missing = 0.0, [], []
-    for host_id, minutes in sorted(energy.gpu_minutes_by_host.items()):
-        host = energy.hosts[host_id]
-        found = price(host, energy.start)
-        if not isinstance(found, HourlyPrice):
-            missing.append(host.name)
-            continue
-        total += found.usd_per_hour / max(energy.host_gpu_count.get(host_id, 1), 1) * minutes / 60
-        sources.append(_label(found))
-    if missing:
-        names = sorted(set(missing))
-        return Cost(None, "no price for " + ", ".join(names), [f"no price for {n}" for n in names])
-    return Cost(total, "; ".join(dict.fromkeys(sources)))
+    factors = factors or cached_site_factors()
+    start, end = energy.start, energy.end
+    ran = running_hours(list(energy.hosts), start, end) if energy.hosts else {}
+    out = Cost()
+    sources: list[str] = []
+    energy_hours: dict[int, list[dt.datetime]] = defaultdict(list)
+    for host_id, bucket in energy.hours:
+        energy_hours[host_id].append(bucket)
+    for host_id, host in sorted(energy.hosts.items()):
+        line = HostLine(host, energy.share(host_id))
+        out.hosts[host_id] = line
+        host_ran = ran.get(host_id, set())
+        billed = existing_hours(host, start, end) | host_ran if is_committed(host) \
+            else host_ran
+        line.running_hours = sum(overlap(b, start, end) for b in host_ran)
+        for bucket in sorted(billed | set(energy_hours[host_id])):
+            found = price(host, bucket)
+            if not isinstance(found, HourlyPrice):
+                line.problem = line.problem or _problem(found, host)
+                continue
+            line.price = found
+            sources.append(_label(found))
+            if bucket in billed:
+                part = overlap(bucket, start, end)
+                line.billed_hours += part
+                line.hardware_usd += part * found.usd_per_hour * line.share
+            if found.electricity_usd_per_kwh is not None:
+                hour = energy.hours.get((host_id, bucket))
+                if hour is not None and hour.it_energy_j:
+                    pue = factors(host, bucket).pue
+                    line.electricity_usd += (hour.it_energy_j / J_PER_KWH * pue
+                                             * found.electricity_usd_per_kwh)
+        if line.problem is not None:
+            out.problems.append(line.problem.message)
+    if out.problems:
+        out.cost_usd = None
+        names = sorted({line.host.name for line in out.hosts.values() if line.problem})
+        out.source = "no price for " + ", ".join(names)
+    else:
+        out.cost_usd = sum(line.cost_usd or 0.0 for line in out.hosts.values())
+        out.source = "; ".join(dict.fromkeys(sources))
+    return out
 
 
 def window(lookback_days: int, now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
     """Whole hours: [start, end) with end the start of the current hour."""
-    now = now or timezone.now()
-    end = now.replace(minute=0, second=0, microsecond=0)
-    return end - dt.timedelta(days=lookback_days), end
+    w = windows.lookback(lookback_days, now)
+    return w.start, w.end
 
 
 @dataclass
@@ -89,18 +192,35 @@ class GpuUsage:
     # bucket -> (avg util % or None, energy J, peak memory MiB or None)
     hours: dict[dt.datetime, tuple[float | None, float, float | None]] = field(
         default_factory=dict)
+    # bucket -> (minutes reported with a utilisation, of which under the idle threshold)
+    minutes: dict[dt.datetime, tuple[int, int]] = field(default_factory=dict)
 
-    def idle_hours(self, threshold_pct: float = IDLE_UTIL_PCT) -> int:
-        return sum(1 for u, _, _ in self.hours.values() if u is not None and u < threshold_pct)
+    def idle_minutes(self) -> int:
+        return sum(idle for _, idle in self.minutes.values())
+
+    def idle_hours(self, threshold_pct: float = IDLE_UTIL_PCT) -> float:
+        """Idle GPU-hours: idle GPU-minutes / 60, judged minute by minute (an hourly average
+        hides a GPU that idles 55 minutes of every hour). `threshold_pct` is fixed when the
+        usage is collected; the argument stays for callers that pass the default."""
+        return self.idle_minutes() / 60
+
+    def idle_share(self, buckets: list[dt.datetime] | None = None) -> float | None:
+        """Share of the reported minutes (in `buckets`, default all) under the threshold."""
+        picked = [self.minutes[b] for b in (buckets if buckets is not None else self.minutes)
+                  if b in self.minutes]
+        n = sum(m for m, _ in picked)
+        return sum(i for _, i in picked) / n if n else None
 
     @property
     def energy_kwh(self) -> float:
         return sum(e for _, e, _ in self.hours.values()) / J_PER_KWH
 
 
-def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime) -> dict[int, GpuUsage]:
-    """Per GPU of these hosts: its hourly utilisation, energy and peak memory."""
-    gpu_host = {g.id: g.host_id for h in hosts for g in h.gpus.all()}
+def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime,
+              idle_threshold_pct: float = IDLE_UTIL_PCT) -> dict[int, GpuUsage]:
+    """Per GPU of these hosts: its hourly utilisation, energy and peak memory, and per hour its
+    minutes reported and minutes idle (counted in the database from minute rollups)."""
+    gpu_host = {g.id: h.id for h in hosts for g in h.gpus.all()}
     out: dict[int, GpuUsage] = {}
     rows = GpuHour.objects.filter(
         gpu_id__in=list(gpu_host), bucket__gte=start, bucket__lt=end, samples__gt=0
@@ -108,6 +228,17 @@ def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime) -> dict[i
     for gpu_id, bucket, u_sum, u_n, e_j, mem in rows.iterator(chunk_size=5000):
         usage = out.setdefault(gpu_id, GpuUsage(gpu_id, gpu_host[gpu_id]))
         usage.hours[bucket] = (u_sum / u_n if u_n else None, e_j, mem)
+    minutes = (
+        GpuMinute.objects.filter(gpu_id__in=list(gpu_host), bucket__gte=start, bucket__lt=end,
+                                 util_n__gt=0)
+        .annotate(h=TruncHour("bucket")).values("gpu_id", "h")
+        .annotate(n=Count("*"),
+                  idle=Count("bucket", filter=Q(util_sum__lt=F("util_n") * idle_threshold_pct)))
+        .values_list("gpu_id", "h", "n", "idle")
+    )
+    for gpu_id, bucket, n, idle in minutes.iterator(chunk_size=5000):
+        usage = out.setdefault(gpu_id, GpuUsage(gpu_id, gpu_host[gpu_id]))
+        usage.minutes[floor_hour(bucket)] = (n, idle)
     return out
 
 
@@ -121,8 +252,9 @@ class HostCost:
     energy_kwh: float
     gpu_count: int
     cost_usd: float | None = None
-    idle_gpu_hours: int = 0
+    idle_gpu_hours: float = 0.0
     idle_cost_usd: float | None = None
+    electricity_usd: float = 0.0
 
     @property
     def usd_per_gpu_hour(self) -> float | None:
@@ -131,78 +263,41 @@ class HostCost:
         return self.price.usd_per_hour / self.gpu_count
 
 
-def existing_hours(host: Host, start: dt.datetime, end: dt.datetime) -> set[dt.datetime]:
-    """The window's hour buckets in which the host existed for at least part of the hour:
-    a commitment or owned hardware is not ours to pay before enrollment or after removal."""
-    hour = dt.timedelta(hours=1)
-    first = start
-    if host.created_at is not None and host.created_at > start:
-        # the hour it was enrolled in counts whole, as AWS bills a started hour
-        first = max(start, host.created_at.replace(minute=0, second=0, microsecond=0))
-    last = min(end, host.removed_at) if host.removed_at is not None else end
-    out = set()
-    b = first
-    while b < last:
-        out.add(b)
-        b += hour
-    return out
-
-
-def cost_of_hours(price: HourlyPrice, running_hours: int, window_hours: int,
-                  energy_kwh: float) -> tuple[float, int]:
-    """(cost in $, billed hours) for one host. `window_hours` is what a commitment pays for:
-    the hours of the window the host existed. Energy matters only on premises, where the
-    electricity bill is ours: GPU energy x PUE x $/kWh (CPU and cooling beyond PUE not counted)."""
-    billed = window_hours if price.option in COMMITTED else running_hours
-    cost = billed * price.usd_per_hour
-    if price.option == PurchaseOption.ON_PREM and price.electricity_usd_per_kwh is not None:
-        cost += energy_kwh * (price.pue or 1.0) * price.electricity_usd_per_kwh
-    return cost, billed
-
-
 def host_costs(hosts: list[Host], usage: dict[int, GpuUsage], start: dt.datetime,
                end: dt.datetime, idle_threshold_pct: float = IDLE_UTIL_PCT,
-               now: dt.datetime | None = None) -> list[HostCost]:
+               now: dt.datetime | None = None, price: PriceFor | None = None) -> list[HostCost]:
+    """Each host's whole cost over [start, end) through `cost_of`, plus its idle GPU-hours
+    (minutes under the threshold / 60) and their cost at the host's per-GPU price."""
+    price = price or cached_prices(now)
     by_host: dict[int, list[GpuUsage]] = defaultdict(list)
     for u in usage.values():
         by_host[u.host_id].append(u)
+    gpus = [g for h in hosts for g in h.gpus.all()]
+    for g in gpus:
+        g.host = next(h for h in hosts if h.id == g.host_id)
+    energy = it_energy(gpus, start, end)
+    cost = cost_of(energy, price)
     out = []
     for host in hosts:
-        gpus = by_host.get(host.id, [])
-        ran = {b for g in gpus for b in g.hours}
-        running = len(ran)
-        # Hours it reported count as existing too (data replayed from before a re-enrollment).
-        window_hours = len(existing_hours(host, start, end) | ran)
-        energy = sum(g.energy_kwh for g in gpus)
-        result = host_price(host, now)
-        price = result if isinstance(result, HourlyPrice) else None
-        hc = HostCost(host, price, result if price is None else None, running, 0, energy,
-                      len(host.gpus.all()))
-        if price is not None:
-            hc.cost_usd, hc.billed_hours = cost_of_hours(price, running, window_hours, energy)
-            hc.idle_gpu_hours = sum(g.idle_hours(idle_threshold_pct) for g in gpus)
-            if hc.usd_per_gpu_hour is not None:
-                hc.idle_cost_usd = hc.idle_gpu_hours * hc.usd_per_gpu_hour
+        line = cost.hosts.get(host.id)
+        found = price(host, floor_hour(end - dt.timedelta(microseconds=1)))
+        latest = line.price if line is not None and line.price is not None else (
+            found if isinstance(found, HourlyPrice) else None)
+        # A host without a price is named even in a window it did not run in.
+        problem = (line.problem if line is not None else None) or (
+            found if isinstance(found, PriceProblem) else None)
+        hc = HostCost(host, latest, problem, int(round(line.running_hours)) if line else 0,
+                      int(round(line.billed_hours)) if line else 0,
+                      energy.host_energy_j(host.id) / J_PER_KWH, len(host.gpus.all()))
+        if problem is None:
+            hc.cost_usd = line.cost_usd if line is not None else 0.0
+            hc.electricity_usd = line.electricity_usd if line is not None else 0.0
+        gpus_used = by_host.get(host.id, [])
+        hc.idle_gpu_hours = sum(g.idle_hours() for g in gpus_used)
+        if hc.usd_per_gpu_hour is not None and problem is None:
+            hc.idle_cost_usd = hc.idle_gpu_hours * hc.usd_per_gpu_hour
         out.append(hc)
     return out
-
-
-def workload_cost(gpu_ids: set[int], usage: dict[int, GpuUsage],
-                  host_rows: dict[int, HostCost]) -> tuple[float | None, int]:
-    """GPU-hours of the workload's GPUs x each host's per-GPU hourly price. None when any of
-    its hosts has no price: a partial sum shown as the total would be a wrong figure."""
-    total = 0.0
-    gpu_hours = 0
-    for gpu_id in gpu_ids:
-        u = usage.get(gpu_id)
-        if u is None:
-            continue
-        rate = host_rows[u.host_id].usd_per_gpu_hour if u.host_id in host_rows else None
-        if rate is None:
-            return None, gpu_hours
-        gpu_hours += len(u.hours)
-        total += len(u.hours) * rate
-    return total, gpu_hours
 
 
 @dataclass
@@ -224,17 +319,23 @@ def collect(team: Team, lookback_days: int, now: dt.datetime | None = None,
             idle_threshold_pct: float = IDLE_UTIL_PCT) -> TeamUsage:
     start, end = window(lookback_days, now)
     hosts = list(team.hosts.prefetch_related("gpus"))
-    usage = gpu_usage(hosts, start, end)
+    usage = gpu_usage(hosts, start, end, idle_threshold_pct)
     rows = host_costs(hosts, usage, start, end, idle_threshold_pct, now)
     return TeamUsage(team, lookback_days, start, end, hosts, usage, rows)
 
 
+def workload_cost(workload, tu: TeamUsage) -> tuple[float | None, float]:
+    """(cost through `cost_of`, GPU-hours) of a workload's GPUs over the team usage window."""
+    gpus = list(workload.gpu_queryset().select_related("host"))
+    cost = cost_of(it_energy(gpus, tu.start, tu.end))
+    gpu_hours = sum(len(tu.usage[g.id].hours) for g in gpus if g.id in tu.usage)
+    return cost.cost_usd, gpu_hours
+
+
 def team_costs(tu: TeamUsage, idle_threshold_pct: float = IDLE_UTIL_PCT) -> dict:
-    by_id = {r.host.id: r for r in tu.rows}
     workloads = []
     for w in tu.team.workloads.all():
-        ids = set(w.gpu_queryset().values_list("id", flat=True))
-        cost, gpu_hours = workload_cost(ids, tu.usage, by_id)
+        cost, gpu_hours = workload_cost(w, tu)
         workloads.append({"slug": w.slug, "name": w.name, "kind": w.kind,
                           "gpu_hours": gpu_hours, "cost_usd": cost})
     priced = [r for r in tu.rows if r.cost_usd is not None]
@@ -254,9 +355,10 @@ def team_costs(tu: TeamUsage, idle_threshold_pct: float = IDLE_UTIL_PCT) -> dict
         "lookback_days": tu.lookback_days,
         "start": tu.start.isoformat(),
         "end": tu.end.isoformat(),
-        "method": "host-hours from GPU hourly rollups x catalog price for the host's purchase "
-                  "option; commitments and owned hardware billed for every hour of the window "
-                  "the host existed",
+        "method": "host-hours the host ran (any GPU reporting) x the price of its purchase "
+                  "option in force in each hour; commitments and owned hardware billed for "
+                  "every hour of the window the host existed; on premises plus electricity "
+                  "(GPU + CPU/RAM energy x PUE x $/kWh). The KPI pages use the same model.",
         # No total when a host has no price: a partial sum shown as the total would be wrong.
         "total_cost_usd": sum(r.cost_usd for r in priced) if not problems else None,
         "priced_cost_usd": sum(r.cost_usd for r in priced),
@@ -277,6 +379,7 @@ def host_row_dict(r: HostCost) -> dict:
         "region": r.host.region, "purchase_option": r.host.purchase_option,
         "running_hours": r.running_hours, "billed_hours": r.billed_hours,
         "energy_kwh": r.energy_kwh, "cost_usd": r.cost_usd,
+        "electricity_usd": r.electricity_usd,
         "idle_gpu_hours": r.idle_gpu_hours, "idle_cost_usd": r.idle_cost_usd,
         "usd_per_hour": p.usd_per_hour if p else None,
         "price_source": p.source if p else None,

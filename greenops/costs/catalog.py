@@ -111,8 +111,8 @@ class HourlyPrice:
     as_of: dt.datetime | None
     stale: bool
     # On-premises hosts add electricity on top of the amortised hardware per hour.
+    # PUE is not the catalog's: it comes from the carbon app's site factors (one per host).
     electricity_usd_per_kwh: float | None = None
-    pue: float | None = None
     price: Price | None = None
 
 
@@ -155,7 +155,6 @@ def host_price(host: Host, now: dt.datetime | None = None) -> HourlyPrice | Pric
             source=config.source or "host cost settings", as_of=None, stale=False,
             electricity_usd_per_kwh=(float(config.electricity_usd_per_kwh)
                                      if config.electricity_usd_per_kwh is not None else None),
-            pue=config.pue,
         )
     if not host.instance_type or not host.region:
         return PriceProblem("no_instance_type",

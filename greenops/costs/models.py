@@ -120,7 +120,8 @@ class Price(models.Model):
 
 class HostCostConfig(models.Model):
     """What the telemetry Host row does not say about money: the commitment term behind a
-    reserved/savings-plan host, and the hardware and electricity cost of an on-premises one."""
+    reserved/savings-plan host, and the hardware and electricity cost of an on-premises one.
+    Its PUE is the host's site factor (greenops.carbon.accounting), like everywhere else."""
 
     host = models.OneToOneField(Host, models.CASCADE, related_name="cost_config")
     term_years = models.PositiveSmallIntegerField(default=1)
@@ -130,7 +131,6 @@ class HostCostConfig(models.Model):
     electricity_usd_per_kwh = models.DecimalField(
         max_digits=8, decimal_places=5, null=True, blank=True
     )
-    pue = models.FloatField(default=1.56, help_text="Facility overhead (industry average 1.56)")
     source = models.CharField(max_length=200, blank=True, help_text="Invoice, contract, estimate")
 
     def hardware_usd_per_hour(self) -> Decimal | None:

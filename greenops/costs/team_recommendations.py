@@ -22,7 +22,9 @@ from greenops.costs.models import HOURS_PER_MONTH, InstanceType, Payment, Price,
 from greenops.teams.models import Team
 from greenops.telemetry.models import Host, PurchaseOption
 
-IDLE_HOURS = 48  # "idle for days": every one of the last 48 reported hours under the threshold
+IDLE_HOURS = 48  # "idle for days": reported in every one of the last 48 hours, and
+IDLE_SHARE = 0.9  # under the threshold in at least 90% of those minutes (minute rollups: an
+# hourly average hides a GPU that idles 54 minutes of every hour)
 
 
 def carbon_factors(host: Host, pue: float | None, intensity: float | None
@@ -169,11 +171,12 @@ def _note_sharing(r: rec.Recommendation, name: str, hosts: list[HostCost],
 
 def _idle_streak(gpus: list[GpuUsage], end: dt.datetime, hours: int, threshold: float
                  ) -> tuple[list[GpuUsage], float]:
-    """GPUs that reported in each of the last `hours` hours, all under the threshold, and their
-    combined average draw in kW."""
+    """GPUs that reported in each of the last `hours` hours and were under the idle threshold
+    in at least IDLE_SHARE of those minutes, and their combined average draw in kW. (The
+    threshold itself was applied minute by minute when the usage was collected.)"""
     buckets = [end - dt.timedelta(hours=h + 1) for h in range(hours)]
-    idle = [g for g in gpus if all(b in g.hours and g.hours[b][0] is not None
-                                   and g.hours[b][0] < threshold for b in buckets)]
+    idle = [g for g in gpus if all(b in g.minutes and b in g.hours for b in buckets)
+            and (g.idle_share(buckets) or 0.0) >= IDLE_SHARE]
     kw = sum(g.hours[b][1] for g in idle for b in buckets) / J_PER_KWH / hours
     return idle, kw
 
@@ -231,8 +234,8 @@ def _rightsize(r: HostCost, gpus: list[GpuUsage], threshold: float, hours_per_mo
                                                name=r.host.instance_type).first()
     if current_type is None:
         return None
-    used = [g for g in gpus if any(u is not None and u >= threshold
-                                   for u, _, _ in g.hours.values())]
+    # In use: busy (at or over the threshold) in more than 1 - IDLE_SHARE of its minutes.
+    used = [g for g in gpus if g.idle_share() is not None and g.idle_share() < IDLE_SHARE]
     mems = [m for g in gpus for _, _, m in g.hours.values() if m is not None]
     unused = [g for g in gpus if g not in used]
     unused_kw = sum(g.energy_kwh / len(g.hours) for g in unused if g.hours)

@@ -114,7 +114,7 @@ def merge(items: Iterable) -> Totals:
     out.latency_buckets = histogram.merge(r.latency_buckets for r in items)
     out.timings = timings.merge(r.timings for r in items)
     # One hour without a price makes the sum unknown: never show a partial cost as the cost.
-    if any(r.cost_usd is None and r.gpu_minutes for r in items):
+    if any(r.cost_usd is None for r in items):
         out.cost_usd = None
     else:
         out.cost_usd = sum(r.cost_usd or 0.0 for r in items)

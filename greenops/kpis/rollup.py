@@ -39,8 +39,9 @@ OVERLAP = dt.timedelta(minutes=5)
 
 
 def _empty(t: metrics.Totals) -> bool:
+    # A committed host costs money in an hour it did not run: that hour is not empty.
     return not (t.requests or t.gpu_minutes or t.gpu_energy_j or t.cpu_ram_energy_j
-                or t.latency_buckets or t.latency_n)
+                or t.latency_buckets or t.latency_n or t.cost_usd is None or t.cost_usd)
 
 
 def _save(team: Team, workload: Workload | None, period: str, bucket: dt.datetime,
