@@ -1,5 +1,6 @@
 """Report delivery: S3 upload against moto's S3 server on loopback (real HTTP, boto3's own
-client), an upload failure recorded without losing the report, and the PDF rendered to pixels."""
+client), mail through Django's SMTP backend to a loopback SMTP server, failures of either
+recorded without losing the report, and the PDF rendered to pixels."""
 
 from __future__ import annotations
 
@@ -76,3 +77,92 @@ def test_pdf_pages_render_to_pixels(team):
         image = pdf[i].render(scale=1).to_pil().convert("L")
         lo, hi = image.getextrema()
         assert hi - lo > 100, f"page {i + 1} is blank"  # text and rules drawn, not empty
+
+
+@pytest.fixture
+def smtp_server():
+    """Just enough of SMTP (RFC 5321) on loopback for Django's SMTP backend: greet, accept
+    each MAIL/RCPT/DATA, and keep what was sent."""
+    import socketserver
+    import threading
+
+    received: list[dict] = []
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            out = self.wfile
+            out.write(b"220 loopback ESMTP\r\n")
+            msg: dict = {"rcpt": []}
+            while line := self.rfile.readline():
+                cmd = line.decode().strip().upper()
+                if cmd.startswith(("EHLO", "HELO")):
+                    out.write(b"250 loopback\r\n")
+                elif cmd.startswith("MAIL FROM"):
+                    msg = {"from": line.decode().strip()[10:], "rcpt": []}
+                    out.write(b"250 OK\r\n")
+                elif cmd.startswith("RCPT TO"):
+                    msg["rcpt"].append(line.decode().strip()[8:].strip("<>"))
+                    out.write(b"250 OK\r\n")
+                elif cmd == "DATA":
+                    out.write(b"354 go on\r\n")
+                    body = b""
+                    while (chunk := self.rfile.readline()) not in (b".\r\n", b""):
+                        body += chunk
+                    msg["data"] = body
+                    received.append(msg)
+                    out.write(b"250 queued\r\n")
+                elif cmd == "QUIT":
+                    out.write(b"221 bye\r\n")
+                    return
+                else:  # RSET, NOOP
+                    out.write(b"250 OK\r\n")
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_subscribers_get_the_files_through_the_configured_smtp_server(team, users, settings,
+                                                                      smtp_server):
+    from email import message_from_bytes
+
+    from greenops.reports.models import Subscription
+
+    port, received = smtp_server
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+    Subscription.objects.create(team=team, user=users["member"])
+    Subscription.objects.create(team=team, user=users["owner"])
+    report = _generate(team)
+    (mail,) = received
+    assert sorted(mail["rcpt"]) == ["member@example.com", "owner@example.com"]
+    parsed = message_from_bytes(mail["data"])
+    assert "August 2026" in parsed["Subject"]
+    files = {p.get_filename(): p.get_payload(decode=True) for p in parsed.walk()
+             if p.get_filename()}
+    assert files[report.file_name("pdf")] == bytes(report.pdf_data)
+    assert files[report.file_name("csv")] == bytes(report.csv_data)
+    report.refresh_from_db()
+    assert report.emailed_to == ["member@example.com", "owner@example.com"]
+
+
+def test_mail_server_down_is_recorded_and_the_report_stays(team, users, settings):
+    import socket
+
+    from greenops.reports.models import Subscription
+
+    with socket.socket() as s:  # a port with nothing listening on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", port, 2
+    Subscription.objects.create(team=team, user=users["member"])
+    report = _generate(team)
+    assert report.status == Status.DONE and report.revision == 1
+    assert report.emailed_to == [] and "ConnectionRefusedError" in report.email_error
