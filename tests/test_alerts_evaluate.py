@@ -340,3 +340,24 @@ def test_budget_month_is_the_team_calendar_month(team):
     evaluate.run(rule, dt.datetime(2026, 11, 2, 12, tzinfo=dt.UTC))
     assert rule.state == State.OK and rule.last_value == pytest.approx(50.0)
     assert Notification.objects.count() == 0
+
+
+def test_idle_gpu_hours_and_idle_cost_of_a_host(team, host):
+    from greenops.costs.catalog import host_price
+    from greenops.telemetry.models import GpuHour
+
+    h, _ = host  # p4d.24xlarge in us-east-1, on demand, with 2 GPUs registered
+    g0, g1 = h.gpus.order_by("index")
+    for gpu, bucket, util in [(g0, hour(8), 3.0), (g0, hour(9), 2.0), (g1, hour(9), 80.0)]:
+        GpuHour.objects.create(gpu=gpu, bucket=bucket, samples=60, util_sum=util * 60,
+                               util_n=60, energy_j=1000.0)
+    idle = make_rule(team, kpi="idle_gpu_hours", window="6h", fire_level=1.0, host=h)
+    evaluate.run(idle, NOW)
+    # [04:00, 10:00): GPU 0 under 5 % in 2 hours, GPU 1 busy: 2 idle GPU-hours > 1.
+    assert idle.state == State.FIRING and idle.last_value == 2.0
+    cost = make_rule(team, kpi="idle_cost_usd", window="6h", fire_level=1.0, host=h)
+    evaluate.run(cost, NOW)
+    # Each idle GPU-hour costs the host's hourly price / its 2 GPUs: 2 x price / 2 = price.
+    price = host_price(h, NOW).usd_per_hour
+    assert cost.last_value == pytest.approx(2 * price / 2)
+    assert cost.state == (State.FIRING if price > 1.0 else State.OK)
