@@ -161,6 +161,9 @@ def test_report_figures_are_the_kpi_engines(team, october):
     k = kpi_queries.kpis(team, None, start, end)
     for key in ("energy_kwh", "facility_energy_kwh", "co2e_kg", "requests", "gpu_util_pct"):
         assert fig["totals"][key] == k[key]
+    # One cost model: the month's host costs equal the KPI rollups' hourly costs here (an
+    # on-demand host, billed for the hours it ran).
+    assert fig["totals"]["cost_usd"] == pytest.approx(k["cost_usd"])
     kw = kpi_queries.kpis(team, october["workload"], start, end)
     (w,) = fig["workloads"]
     assert (w["latency_p50_ms"], w["latency_p99_ms"]) == (kw["latency_p50_ms"],

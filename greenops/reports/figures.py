@@ -223,7 +223,7 @@ def _totals(team: Team, hosts: list[dict], start: dt.datetime, end: dt.datetime)
         "cost_usd": _sum(hosts, "cost_usd") if hosts else 0.0,
         "requests": k["requests"], "gpu_hours": k["gpu_hours"],
         "gpu_util_pct": k["gpu_util_pct"],
-        "idle_gpu_hours": int(sum(h["idle_gpu_hours"] for h in hosts)),
+        "idle_gpu_hours": float(sum(h["idle_gpu_hours"] for h in hosts)),
         "idle_cost_usd": _sum(hosts, "idle_cost_usd") if hosts else 0.0,
         "simulated": k["simulated"],
         "pue_source": k["pue_source"], "intensity_source": k["intensity_source"],

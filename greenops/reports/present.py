@@ -45,7 +45,7 @@ SUMMARY = (
     ("Inferences", "requests", 0, "", None),
     ("GPU-hours", "gpu_hours", 1, "h", None),
     ("GPU utilisation", "gpu_util_pct", 1, "%", None),
-    ("Idle GPU-hours", "idle_gpu_hours", 0, "h", None),
+    ("Idle GPU-hours", "idle_gpu_hours", 1, "h", None),
     ("Idle cost", "idle_cost_usd", 2, "USD", None),
 )
 
@@ -121,7 +121,7 @@ def hosts(fig: dict, limit: int | None = None) -> Table:
     rows = [[h["host"], h["instance_type"] or "–", h["purchase_option"], h["scope"],
              num(h["energy_kwh"], 3, "kWh"), num(h["facility_energy_kwh"], 3, "kWh"),
              num(h["co2e_kg"], 3, "kg"), num(h["cost_usd"], 2, "USD"),
-             num(h["idle_gpu_hours"], 0, "h"), num(h["idle_cost_usd"], 2, "USD")]
+             num(h["idle_gpu_hours"], 1, "h"), num(h["idle_cost_usd"], 2, "USD")]
             for h in items]
     notes = [f"{h['host']}: {h['price_problem']}" for h in items if h["price_problem"]]
     return Table("hosts", "Top hosts by cost" if limit else "Hosts",
