@@ -344,16 +344,16 @@ def test_budget_month_is_the_team_calendar_month(team):
 
 def test_idle_gpu_hours_and_idle_cost_of_a_host(team, host):
     from greenops.costs.catalog import host_price
-    from greenops.telemetry.models import GpuHour
+    from tests.test_kpis_measure import add_gpu_hour
 
     h, _ = host  # p4d.24xlarge in us-east-1, on demand, with 2 GPUs registered
     g0, g1 = h.gpus.order_by("index")
+    # Hour and minute rollups: 60 minutes each at the given utilisation.
     for gpu, bucket, util in [(g0, hour(8), 3.0), (g0, hour(9), 2.0), (g1, hour(9), 80.0)]:
-        GpuHour.objects.create(gpu=gpu, bucket=bucket, samples=60, util_sum=util * 60,
-                               util_n=60, energy_j=1000.0)
+        add_gpu_hour(gpu, bucket, 1000.0, util, 60)
     idle = make_rule(team, kpi="idle_gpu_hours", window="6h", fire_level=1.0, host=h)
     evaluate.run(idle, NOW)
-    # [04:00, 10:00): GPU 0 under 5 % in 2 hours, GPU 1 busy: 2 idle GPU-hours > 1.
+    # [04:00, 10:00): GPU 0 under 5 % for 120 minutes, GPU 1 busy: 2 idle GPU-hours > 1.
     assert idle.state == State.FIRING and idle.last_value == 2.0
     cost = make_rule(team, kpi="idle_cost_usd", window="6h", fire_level=1.0, host=h)
     evaluate.run(cost, NOW)

@@ -137,3 +137,17 @@ def test_channel_page_shows_the_webhook_secret_once_and_masks_targets(client, te
     bad = client.post("/teams/vision/alerts/channels/new/", {
         "name": "x", "kind": "webhook", "target": "https://user:pw@"})
     assert bad.status_code == 400 and "target:" in bad.content.decode()
+
+
+def test_a_week_of_minutely_values_is_thinned_to_the_point_budget_keeping_the_worst():
+    import datetime as dt
+
+    from greenops.alerts.page import thin
+
+    t0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    points = [(t0 + dt.timedelta(minutes=i), 1.0) for i in range(10_080)]
+    points[5000] = (points[5000][0], 99.0)  # one minute's breach
+    out = thin(points, worst=max, budget=300)
+    # ceil(10080 / 300) = 34 points per bucket -> ceil(10080 / 34) = 297 points
+    assert len(out) == 297 and max(v for _, v in out) == 99.0
+    assert out[-1][0] == points[-1][0]

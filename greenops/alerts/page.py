@@ -7,18 +7,35 @@ import datetime as dt
 
 from django.utils import timezone
 
-from dashboards.figures import LAYOUT
 from greenops.alerts import figures
 from greenops.alerts.models import Rule, RuleKind
+from greenops.charts import LAYOUT, MAX_POINTS, axis
 
 STATE_COLOURS = {"ok": "#15803d", "pending": "#b45309", "firing": "#b91c1c",
                  "recovering": "#7c3aed", "nodata": "#6b7280", "error": "#111827"}
 
 
+def thin(points: list[tuple[dt.datetime, float | None]], worst=max,
+         budget: int = MAX_POINTS) -> list[tuple[dt.datetime, float | None]]:
+    """At most `budget` points (a week of minutely evaluations is 10,080): each run of
+    consecutive points becomes its last time and its worst value, so a short breach still
+    shows on a thinned chart."""
+    if len(points) <= budget:
+        return points
+    size = -(-len(points) // budget)
+    out = []
+    for i in range(0, len(points), size):
+        chunk = points[i:i + size]
+        values = [v for _, v in chunk if v is not None]
+        out.append((chunk[-1][0], worst(values) if values else None))
+    return out
+
+
 def rule_chart(rule: Rule, days: int = 7) -> dict | None:
     now = timezone.now()
     since = now - dt.timedelta(days=days)
-    points = list(rule.values.filter(at__gte=since).values_list("at", "value"))
+    points = thin(list(rule.values.filter(at__gte=since).values_list("at", "value")),
+                  worst=max if rule.direction != "below" or rule.kind == RuleKind.STOPPED else min)
     if not points:
         return None
     xs = [t.isoformat() for t, _ in points]
@@ -63,4 +80,4 @@ def rule_chart(rule: Rule, days: int = 7) -> dict | None:
         **LAYOUT, "title": {"text": f"{title}, last {days} days"},  # a point per evaluation
         "showlegend": True, "legend": {"orientation": "h", "y": -0.2},
         "xaxis": {**LAYOUT["xaxis"], "range": [x0, x1]},
-        "yaxis": {"title": {"text": unit}, "gridcolor": "#e5e7eb", "rangemode": "tozero"}}}
+        "yaxis": axis(unit, rangemode="tozero")}}
