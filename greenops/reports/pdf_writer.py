@@ -20,9 +20,10 @@ from reportlab.platypus import (
     TableStyle,
 )
 
+from greenops import charts
 from greenops.reports import present
 
-GREEN = colors.HexColor("#1f7a4d")
+GREEN = colors.HexColor(charts.colour(0))  # the house chart colour (greenops/charts.py)
 GREY = colors.HexColor("#f1f3f2")
 PAGE = landscape(A4)
 
