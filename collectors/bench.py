@@ -630,6 +630,6 @@ def summary_text(doc: dict) -> str:
     for kpi in gate.KPIS:
         values = [s[kpi.key] for s in head if s.get(kpi.key) is not None]
         value = "unknown" if len(values) < len(head) or not values \
-            else f"{gate.median(values):,.{kpi.digits}f} {kpi.unit}"
-        lines.append(f"  {kpi.label}: {value} (median)")
+            else f"{gate.median(values):,.{kpi.digits}f} {kpi.unit} (median)"
+        lines.append(f"  {kpi.label}: {value}")
     return "\n".join(lines)
