@@ -7,8 +7,8 @@ import datetime as dt
 import orjson
 import pytest
 
-from greenops.kpis import jobs
 from greenops.teams.models import ApiToken
+from greenops.workloads import jobs
 from greenops.workloads.models import TrainingJob, Workload
 from tests.test_kpis_measure import H, build_scenario, stand_in_factors
 

@@ -26,11 +26,12 @@ from greenops.demo.story import (
     chat_windows,
     training_runs,
 )
-from greenops.kpis import inference, jobs, rollup
+from greenops.kpis import inference, rollup
 from greenops.teams.models import ApiToken, Membership, Role, Team
 from greenops.telemetry import store, wire
 from greenops.telemetry.ingest import known_gpus, register_inventory
 from greenops.telemetry.models import Gpu, GpuSample, Host
+from greenops.workloads import jobs
 from greenops.workloads.models import Workload, WorkloadKind
 
 DEMO_USER, DEMO_PASSWORD = "demo", "greenops-demo"

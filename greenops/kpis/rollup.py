@@ -29,6 +29,7 @@ from greenops.teams.models import Team
 from greenops.telemetry import late
 from greenops.telemetry.models import Gpu, LateHour
 from greenops.windows import floor_day, floor_hour
+from greenops.workloads import jobs
 from greenops.workloads.models import Workload, WorkloadKind
 
 HOUR = dt.timedelta(hours=1)
@@ -124,8 +125,6 @@ def _touched_hours(since: dt.datetime | None) -> tuple[dict[int, set], dt.dateti
 def run(now: dt.datetime | None = None, lookback_h: int = late.LOOKBACK_HOURS,
         factors: Factors | None = None) -> dict:
     """One beat tick. Safe to run concurrently with ingest and to run twice."""
-    from greenops.kpis import jobs
-
     now = now or timezone.now()
     factors = factors or cached_factors()
     cursor = RollupCursor.objects.filter(name=CURSOR).first()

@@ -6,9 +6,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from greenops import windows
-from greenops.kpis import figures, jobs, queries
+from greenops.kpis import figures, queries
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
+from greenops.workloads import jobs
 from greenops.workloads.models import TrainingJob, Workload, WorkloadKind
 
 

@@ -284,7 +284,7 @@ def _workloads(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
 
 
 def _jobs(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
-    from greenops.kpis.jobs import summary
+    from greenops.workloads.jobs import summary
 
     qs = (TrainingJob.objects.filter(team=team, started_at__lt=end)
           .filter(models.Q(stopped_at__isnull=True) | models.Q(stopped_at__gte=start))

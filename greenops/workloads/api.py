@@ -13,12 +13,12 @@ from ninja.security import django_auth
 
 from greenops.api.body import json_body
 from greenops.errors import invalid
-from greenops.kpis import jobs
 from greenops.teams import audit
 from greenops.teams.auth import team_or_host_token_auth
 from greenops.teams.models import AuditEvent
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry.models import Gpu
+from greenops.workloads import jobs
 from greenops.workloads.forms import WorkloadForm, first_error
 from greenops.workloads.models import Workload
 

@@ -75,7 +75,7 @@ class TrainingJob(models.Model):
 
     Its GPUs are fixed at start (named in the request, else the workload's), so relinking the
     workload later does not rewrite a finished job's energy. Accounting figures are computed
-    from telemetry rollups by greenops.kpis.jobs and refreshed by the KPI beat task while late
+    from telemetry rollups by greenops.workloads.jobs and refreshed by the KPI beat task while late
     samples may still arrive.
     """
 
@@ -88,7 +88,7 @@ class TrainingJob(models.Model):
     started_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
     started_by = models.CharField(max_length=100, blank=True, help_text="token or host")
-    # Accounting, all from rollups (see greenops.kpis.jobs). Null until first computed.
+    # Accounting, all from rollups (see greenops.workloads.jobs). Null until first computed.
     gpu_energy_j = models.FloatField(null=True, blank=True)
     cpu_ram_energy_j = models.FloatField(null=True, blank=True)
     facility_energy_j = models.FloatField(null=True, blank=True)

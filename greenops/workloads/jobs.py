@@ -1,5 +1,8 @@
 """Training jobs: start and stop through the API, and their energy, carbon and cost.
 
+The workloads app owns TrainingJob, model and behaviour; this module composes the energy,
+carbon and cost owners (through kpis.measure) for a job's own GPUs and window.
+
 A job's accounting covers its own GPUs from start to stop (or now, while it runs), read from
 minute rollups, so it is exact to the minute: the minute buckets that begin inside the window
 count. CPU and RAM come from the hosts' hourly figures, prorated by overlap.
