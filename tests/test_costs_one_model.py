@@ -128,3 +128,17 @@ def test_a_gpu_busy_only_in_bursts_is_not_counted_as_used_for_rightsizing(team):
     [r] = [r for r in recs["recommendations"] if r["kind"] == "rightsize"]
     assert r["detail"]["to"] == "g5.xlarge"
     assert r["monthly_usd_saved"] == pytest.approx(4.666 * 100 * 730 / 168)
+
+
+def test_methodology_page_states_the_cost_idle_refresh_and_team_inference_rules(client, users):
+    client.force_login(users["member"])
+    html = client.get("/methodology/").content.decode()
+    cost = html[html.index('id="cost"'):]
+    assert "One cost model serves every page" in cost
+    assert "every hour of the window the host existed" in cost
+    assert "there is one PUE per host" in cost
+    assert "idle GPU-hours = idle GPU-minutes ÷ 60" in cost and "5.0 % utilisation" in cost
+    assert "at least 90 % of those minutes" in cost
+    assert "is ignored and counted in the refresh log" in cost
+    assert "without its fee" in cost and "keeps its last good prices" in cost
+    assert "inference workloads only" in html[html.index('id="team-per-inference"'):]

@@ -16,6 +16,8 @@ from django.views.decorators.http import require_POST
 from greenops.carbon import accounting, emissions_csv, intensity
 from greenops.carbon.models import HostEnergyHour, Site
 from greenops.carbon.runs import runs_with_totals
+from greenops.costs.accounting import IDLE_UTIL_PCT
+from greenops.costs.team_recommendations import IDLE_HOURS, IDLE_SHARE
 from greenops.errors import FieldError
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
@@ -80,6 +82,9 @@ def sites(request: HttpRequest, team: Team) -> HttpResponse:
     return render(request, "carbon/sites.html", {
         "team": team, "sites": Site.objects.filter(team=team), "hosts": hosts,
         "default_pue": settings.GREENOPS_DEFAULT_PUE,
+        "idle_threshold_pct": IDLE_UTIL_PCT,
+        "idle_hours": IDLE_HOURS,
+        "idle_share_pct": round(IDLE_SHARE * 100),
     })
 
 
@@ -92,6 +97,9 @@ def methodology(request: HttpRequest) -> HttpResponse:
     return render(request, "carbon/methodology.html", {
         "codecarbon_version": intensity.codecarbon_version(),
         "default_pue": settings.GREENOPS_DEFAULT_PUE,
+        "idle_threshold_pct": IDLE_UTIL_PCT,
+        "idle_hours": IDLE_HOURS,
+        "idle_share_pct": round(IDLE_SHARE * 100),
         "world_average": intensity.world_average(),
         "regions": regions,
         "files": [intensity.COUNTRY_FILE, intensity.US_STATE_FILE, intensity.GCP_FILE,

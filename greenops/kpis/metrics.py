@@ -42,6 +42,12 @@ class Totals:
     co2e_g: float = 0.0
     cost_usd: float | None = 0.0
     cost_source: str = ""
+    # Per-inference figures divide these: the energy, carbon and cost of the GPUs serving
+    # inference. None: this row's own figures are its inference figures (a workload row).
+    # When inference_energy_j is set, inference_cost_usd None means "no price".
+    inference_energy_j: float | None = None
+    inference_co2e_g: float | None = None
+    inference_cost_usd: float | None = None
     pue_source: str = ""
     intensity_source: str = ""
     simulated: bool = False
@@ -50,6 +56,12 @@ class Totals:
     def energy_j(self) -> float:
         """IT energy: GPU + CPU + RAM, before PUE."""
         return self.gpu_energy_j + self.cpu_ram_energy_j
+
+    def inference_figures(self) -> tuple[float, float, float | None]:
+        """(energy J, CO2e g, cost $ or None) of the GPUs serving the counted inferences."""
+        if self.inference_energy_j is None:
+            return self.energy_j, self.co2e_g, self.cost_usd
+        return self.inference_energy_j, self.inference_co2e_g or 0.0, self.inference_cost_usd
 
     @property
     def pue(self) -> float | None:
@@ -80,6 +92,13 @@ def _join(values: Iterable[str]) -> str:
             if p and p not in parts:
                 parts.append(p)
     return "; ".join(parts)[:300]
+
+
+def _inference_figures(r) -> tuple[float, float, float | None]:
+    """Totals.inference_figures for Totals and KpiRollup rows alike."""
+    if r.inference_energy_j is None:
+        return r.gpu_energy_j + r.cpu_ram_energy_j, r.co2e_g, r.cost_usd
+    return r.inference_energy_j, r.inference_co2e_g or 0.0, r.inference_cost_usd
 
 
 def merge(items: Iterable) -> Totals:
@@ -118,6 +137,12 @@ def merge(items: Iterable) -> Totals:
         out.cost_usd = None
     else:
         out.cost_usd = sum(r.cost_usd or 0.0 for r in items)
+    if any(r.inference_energy_j is not None for r in items):
+        parts = [_inference_figures(r) for r in items]
+        out.inference_energy_j = sum(e for e, _, _ in parts)
+        out.inference_co2e_g = sum(c for _, c, _ in parts)
+        out.inference_cost_usd = (None if any(u is None for _, _, u in parts)
+                                  else sum(u for _, _, u in parts))
     for name in ("cost_source", "pue_source", "intensity_source", "cpu_ram_method"):
         setattr(out, name, _join(getattr(r, name) for r in items))
     return out
@@ -136,6 +161,7 @@ def derive(t: Totals, period_s: float) -> dict:
     never by the period: a service measured for one minute of a day did its requests in that
     minute. `coverage` says how much of the period was measured ("measured 1 min of 24 h")."""
     energy_kwh = t.energy_j / J_PER_KWH
+    inf_energy_j, inf_co2e_g, inf_cost_usd = t.inference_figures()
     measured_s = t.measured_s
     cover = windows.coverage(measured_s, period_s)
     return {
@@ -174,12 +200,15 @@ def derive(t: Totals, period_s: float) -> dict:
         # cross-check beside gpu_energy_kwh, never part of the accounting.
         "server_energy_kwh": _ratio(t.server_energy_j, J_PER_KWH),
         # Per-inference figures use IT energy (GPU + CPU + RAM) for joules, as measured at the
-        # host, and facility energy for carbon, which is what the grid supplied.
-        "energy_per_inference_j": _ratio(t.energy_j, t.requests),
-        "co2e_per_1k_inferences_g": _ratio(t.co2e_g, t.requests, 1000),
+        # host, and facility energy for carbon, which is what the grid supplied -- of the GPUs
+        # serving inference only: a team's training energy is not divided by its inferences.
+        "inference_energy_kwh": inf_energy_j / J_PER_KWH,
+        "energy_per_inference_j": _ratio(inf_energy_j, t.requests),
+        "co2e_per_1k_inferences_g": _ratio(inf_co2e_g, t.requests, 1000),
         # Only the energy share of the requests whose windows counted tokens.
-        "energy_per_token_j": _ratio(_ratio(t.energy_j * t.token_requests, t.requests), t.tokens),
-        "cost_per_1k_inferences_usd": _ratio(t.cost_usd, t.requests, 1000),
+        "energy_per_token_j": _ratio(_ratio(inf_energy_j * t.token_requests, t.requests),
+                                     t.tokens),
+        "cost_per_1k_inferences_usd": _ratio(inf_cost_usd, t.requests, 1000),
         "simulated": t.simulated,
     }
 

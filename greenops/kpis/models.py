@@ -108,6 +108,12 @@ class KpiRollup(models.Model):
     intensity_source = models.CharField(max_length=300, blank=True)
     co2e_g = models.FloatField(default=0)
     cost_usd = models.FloatField(null=True)  # null: no price known for some GPU-hours
+    # Team rows: the same three figures for the GPUs of the team's inference workloads only
+    # (counted once), which per-inference KPIs divide; null on workload rows (their own
+    # figures are already their inference figures) and on rows from before this existed.
+    inference_energy_j = models.FloatField(null=True)
+    inference_co2e_g = models.FloatField(null=True)
+    inference_cost_usd = models.FloatField(null=True)
     cost_source = models.CharField(max_length=300, blank=True)
     simulated = models.BooleanField(default=False)
     computed_at = models.DateTimeField(default=timezone.now)

@@ -67,7 +67,15 @@ def rollup_hour(team: Team, hour: dt.datetime, factors: Factors | None = None) -
         # The team total counts each GPU once, however many workloads share it.
         team_gpus = list(Gpu.objects.filter(host__team=team).select_related("host"))
         t = measure_gpus(team_gpus, hour, end, factors)
-        add_inference(t, [w.id for w in workloads if w.kind != WorkloadKind.TRAINING], hour, end)
+        serving = [w for w in workloads if w.kind != WorkloadKind.TRAINING]
+        add_inference(t, [w.id for w in serving], hour, end)
+        # Per-inference figures of the team: the GPUs of the workloads whose inferences are
+        # counted, each GPU once; training GPUs' energy is not divided by inferences.
+        inference_gpus = list({g.id: g for w in serving
+                               for g in w.gpu_queryset().select_related("host")}.values())
+        served = measure_gpus(inference_gpus, hour, end, factors)
+        t.inference_energy_j, t.inference_co2e_g = served.energy_j, served.co2e_g
+        t.inference_cost_usd = served.cost_usd
         _save(team, None, Period.HOUR, hour, t)
 
 
