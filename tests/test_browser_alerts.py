@@ -96,3 +96,23 @@ def test_create_fire_silence_and_see_the_notification(live_server, page, users, 
     page.get_by_role("heading", name="Alert channels of Vision").wait_for()
     assert "oncall@example.com" in page.locator("#channels").inner_text()
     shoot(page, "channels")
+
+
+def test_admin_adds_a_webhook_and_sends_a_real_test(live_server, page, users, team):  # noqa: F811
+    from tests.test_alerts_channels import Receiver
+
+    with Receiver() as rx:
+        log_in(page, live_server.url, "owner", "pw-owner")
+        page.goto(f"{live_server.url}/teams/{team.slug}/alerts/channels/")
+        page.locator("input[name=name]").fill("Ops webhook")
+        page.locator("select[name=kind]").select_option("webhook")
+        page.locator("input[name=target]").fill(rx.url + "/greenops")
+        page.get_by_role("button", name="Add channel").click()
+        secret = page.locator("#webhook-secret").inner_text()
+        assert secret.startswith("whsec_")
+        shoot(page, "channels-admin")
+        page.get_by_role("button", name="Send test").click()
+        page.get_by_text("Test sent to Ops webhook with live figures.").wait_for()
+    [(path, headers, body)] = rx.requests
+    assert path == "/greenops" and headers["X-GreenOps-Signature"].startswith("sha256=")
+    assert "Last delivery" in page.content() and "Test sent" in page.locator("#channels").inner_text()
