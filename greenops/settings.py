@@ -233,6 +233,9 @@ ALERTS_KEEP_VALUES_DAYS = envint("ALERTS_KEEP_VALUES_DAYS", 14)
 # Hours after a month closes in a team's time zone before beat generates its report: agents
 # replaying a spool after an outage deliver late data, and a report that misses it is restated.
 REPORTS_GRACE_HOURS = envint("REPORTS_GRACE_HOURS", 48)
+# After a month's first report, beat generates it again once a day for this many days; changed
+# figures become a new revision (default: INGEST_MAX_AGE_S's 30 days, the oldest data accepted).
+REPORTS_RECHECK_DAYS = envint("REPORTS_RECHECK_DAYS", 30)
 # Optional copy of every new revision in S3 (boto3's usual credentials); empty bucket: no upload.
 REPORTS_S3_BUCKET = os.environ.get("REPORTS_S3_BUCKET", "")
 REPORTS_S3_PREFIX = os.environ.get("REPORTS_S3_PREFIX", "greenops-reports/")

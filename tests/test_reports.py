@@ -428,3 +428,45 @@ def test_lost_and_stale_generations_are_sent_again(team, monkeypatch):
     busy = Report.objects.create(team=team, month=dt.date(2026, 6, 1), status=Status.RUNNING,
                                  started_at=t0)
     assert generate.run(busy.id, now=t0 + dt.timedelta(minutes=5)) is None
+
+
+def test_schedule_rechecks_a_closed_month_daily_and_late_data_becomes_revision_two(
+        team, october, post_batch, settings, monkeypatch, django_capture_on_commit_callbacks):
+    from greenops.reports import tasks
+
+    settings.REPORTS_RECHECK_DAYS = 30
+    clock = [dt.datetime(2026, 11, 3, tzinfo=UTC)]  # past October's close + 48 h in Paris
+    monkeypatch.setattr(tasks.generate_report, "delay",
+                        lambda report_id: generate.run(report_id, now=clock[0]))
+
+    def tick() -> list[int]:  # one beat tick, its queued tasks run as a worker would
+        with django_capture_on_commit_callbacks(execute=True):
+            return generate.schedule(clock[0])
+
+    (first_id,) = tick()
+    assert Report.objects.get(id=first_id).revision == 1
+    clock[0] += dt.timedelta(hours=12)
+    assert tick() == []  # checked less than a day ago
+    # An agent replays an October hour; the next daily check restates the month.
+    token = october["host"].set_new_token()
+    october["host"].save()
+    late = dt.datetime(2026, 10, 20, 8, tzinfo=UTC)
+    assert post_batch(token, hour_batch(late, 50.0)).status_code == 202
+    rollup.rebuild(team, late, late + dt.timedelta(hours=1))
+    clock[0] += dt.timedelta(hours=12, minutes=1)  # a day (and the minute it took) later
+    (second_id,) = tick()
+    second = Report.objects.get(id=second_id)
+    assert second.revision == 2 and second.trigger == Trigger.SCHEDULE
+    assert {d["figure"] for d in second.difference} >= {"totals.energy_kwh", "totals.cost_usd"}
+    # 30 days after the first report, October is left alone.
+    assert all(str(m) != "2026-10" for _, m in generate.due_months(
+        dt.datetime(2026, 12, 3, 1, tzinfo=UTC)))
+
+
+def test_a_half_hour_zone_says_how_its_month_boundary_is_counted(team):
+    set_zone(team, "Asia/Kolkata")  # UTC+5:30: October starts 2026-09-30 18:30 UTC
+    fig = figures.month_figures(team, OCT, now=AFTER)
+    assert fig["start"] == "2026-09-30T18:30:00+00:00"
+    assert "start at :30 UTC" in fig["methodology"]["boundary"]
+    set_zone(team, "UTC")
+    assert figures.month_figures(team, OCT, now=AFTER)["methodology"]["boundary"] == ""

@@ -417,6 +417,10 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
     progress(70, "recommendations and alerts")
     recs = _recommendations(team, start, end)
     hours = int((end - start).total_seconds() // 3600)
+    boundary = ""
+    if start.minute or end.minute:  # zones offset by :30 or :45 from UTC
+        boundary = (f"{zone} months start at :{start.minute:02d} UTC, but rollups are whole "
+                    "UTC hours: each hour is counted in the month it starts in.")
     return {
         "schema": SCHEMA_VERSION,
         "methodology_version": METHODOLOGY_VERSION,
@@ -434,7 +438,7 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
         "recommendations": recs,
         "sci": _sci(workloads, jobs, host_rows),
         "alerts": _alerts(team, start, end),
-        "methodology": _methodology(totals, host_rows),
+        "methodology": {**_methodology(totals, host_rows), "boundary": boundary},
     }
 
 

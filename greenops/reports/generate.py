@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections.abc import Callable
 
 from django.conf import settings
 from django.core.mail import EmailMessage
@@ -59,7 +60,14 @@ def _jsonable(fig: dict) -> dict:
 
 def run(report_id: int, now: dt.datetime | None = None) -> Report | None:
     """Generate a claimed report; None when another worker has it or it is already done."""
-    now = now or timezone.now()
+    wall = timezone.now()
+    now = now or wall
+
+    def finished() -> dt.datetime:
+        # `now` plus the time the work took: the real finish time unless a caller (a test,
+        # a replayed schedule) gave its own clock.
+        return now + (timezone.now() - wall)
+
     # A report left "running" by a worker that died is claimable again once it is stale.
     claimable = Q(status=Status.PENDING) | Q(status=Status.RUNNING,
                                              started_at__lt=now - STALE_RUNNING)
@@ -73,11 +81,11 @@ def run(report_id: int, now: dt.datetime | None = None) -> Report | None:
                                               progress=report.set_progress,
                                               zone=report.time_zone))
         report.set_progress(80, "writing CSV and PDF")
-        new_revision = _store(report, fig, now)
+        new_revision = _store(report, fig, finished)
     except Exception as exc:  # the page must say why, not spin for ever
         log.exception("report %s failed", report_id)
         Report.objects.filter(id=report_id).update(
-            status=Status.FAILED, finished_at=timezone.now(), stage="failed",
+            status=Status.FAILED, finished_at=finished(), stage="failed",
             error=f"{type(exc).__name__}: {exc}"[:2000])
         report.refresh_from_db()
         return report
@@ -87,7 +95,7 @@ def run(report_id: int, now: dt.datetime | None = None) -> Report | None:
     return report
 
 
-def _store(report: Report, fig: dict, now: dt.datetime) -> bool:
+def _store(report: Report, fig: dict, finished: Callable[[], dt.datetime]) -> bool:
     """Save as the next revision, or as unchanged from the latest. True for a new revision."""
     with transaction.atomic():
         Team.objects.select_for_update().filter(id=report.team_id).first()
@@ -96,7 +104,7 @@ def _store(report: Report, fig: dict, now: dt.datetime) -> bool:
         diff = figures.difference(latest.figures, fig) if latest is not None else None
         report.figures = fig
         report.closed = bool(fig["closed"])
-        report.status, report.progress_pct, report.finished_at = Status.DONE, 100, timezone.now()
+        report.status, report.progress_pct, report.finished_at = Status.DONE, 100, finished()
         if latest is not None and not diff:
             report.unchanged_from = latest
             report.stage = f"no change since revision {latest.revision}"
@@ -175,28 +183,44 @@ def _upload(report: Report) -> None:
 # --- The monthly schedule --------------------------------------------------------------------
 
 SCHEDULE_RETRIES = 3
+RECHECK_EVERY = dt.timedelta(days=1)
+
+
+def _due(team: Team, month: Month, now: dt.datetime, first: bool = True) -> bool:
+    """Whether beat should generate this closed month now: its first report after the grace
+    period, then once a day for REPORTS_RECHECK_DAYS after that first report, so late data
+    (an agent replaying its spool) becomes a visible new revision instead of going unseen."""
+    grace = dt.timedelta(hours=settings.REPORTS_GRACE_HOURS)
+    if figures.month_window(team, month)[1] + grace > now:
+        return False
+    reports = Report.objects.filter(team=team, month=month.first_day)
+    if reports.filter(status__in=[Status.PENDING, Status.RUNNING]).exists():
+        return False
+    done = reports.filter(closed=True, status=Status.DONE)
+    earliest = done.order_by("finished_at").first()
+    if earliest is None:
+        if not first:
+            return False
+        failed = reports.filter(trigger=Trigger.SCHEDULE, status=Status.FAILED).count()
+        return failed < SCHEDULE_RETRIES
+    if now >= earliest.finished_at + dt.timedelta(days=settings.REPORTS_RECHECK_DAYS):
+        return False
+    latest = done.order_by("-finished_at").first()
+    return now >= latest.finished_at + RECHECK_EVERY
 
 
 def due_months(now: dt.datetime | None = None) -> list[tuple[Team, Month]]:
-    """Teams whose previous month has closed in their zone, plus the grace period for late
-    data, and has no report generated since it closed (a failed try is retried a few times)."""
+    """(team, month) pairs beat should generate now: each team's previous month, and the one
+    before it while it is still being re-checked (never its first report: a team that starts
+    mid-month gets no report for the month before it existed)."""
     now = now or timezone.now()
-    grace = dt.timedelta(hours=settings.REPORTS_GRACE_HOURS)
     out = []
     for team in Team.objects.filter(hosts__isnull=False).distinct():
-        month = figures.current_month(team, now).previous()
-        if figures.month_window(team, month)[1] + grace > now:
-            continue
-        rows = Report.objects.filter(team=team, month=month.first_day, closed=True)
-        failed_schedule = Report.objects.filter(team=team, month=month.first_day,
-                                                trigger=Trigger.SCHEDULE, status=Status.FAILED)
-        if rows.exclude(status=Status.FAILED).exists() or \
-                Report.objects.filter(team=team, month=month.first_day,
-                                      status__in=[Status.PENDING, Status.RUNNING]).exists():
-            continue
-        if failed_schedule.count() >= SCHEDULE_RETRIES:
-            continue
-        out.append((team, month))
+        previous = figures.current_month(team, now).previous()
+        if _due(team, previous.previous(), now, first=False):
+            out.append((team, previous.previous()))
+        if _due(team, previous, now):
+            out.append((team, previous))
     return out
 
 

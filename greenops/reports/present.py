@@ -169,6 +169,7 @@ def methodology(fig: dict) -> list[tuple[str, str]]:
         ("Month", f"{fig['month_label']} in {fig['time_zone']} "
                   f"({_utc(fig['start'])} to {_utc(fig['end'])} UTC)"),
         ("Coverage", f"{fig['hours_with_data']} of {fig['hours_in_month']} hours have data"),
+        *([("Month boundary", m["boundary"])] if m.get("boundary") else []),
         ("Energy", m["energy"]),
         ("PUE sources", m["pue_sources"] or "no energy this month"),
         ("Carbon, location-based", m["carbon_location"]),

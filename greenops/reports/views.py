@@ -68,6 +68,7 @@ def _page(request: HttpRequest, team: Team, error: str = "", status: int = 200) 
         "watch": [status_dict(r) for r in rows if r.active
                   or str(r.id) == request.GET.get("watch")],
         "error": error, "grace_hours": settings.REPORTS_GRACE_HOURS,
+        "recheck_days": settings.REPORTS_RECHECK_DAYS,
     }, status=status)
 
 
