@@ -66,12 +66,13 @@ def test_api_bad_lookback_is_a_422_naming_the_field(client, users, team, value):
 
 
 def test_flat_load_recommends_reserved_end_to_end(client, users, team):
+    # Commitments need 30 days measured: a flat 30 days on the 30-day lookback.
     host, _ = make_host(team)
     for gpu in host.gpus.all():
-        add_hours(gpu, 7 * 24, 90.0, end=hour_end())
+        add_hours(gpu, 30 * 24, 90.0, end=hour_end(), minutes=False)
     fresh_p4d_prices()
     client.force_login(users["member"])
-    body = client.get(f"/api/v1/teams/{team.slug}/recommendations?lookback=7").json()
+    body = client.get(f"/api/v1/teams/{team.slug}/recommendations?lookback=30").json()
     commits = [r for r in body["recommendations"] if r["kind"] == "commit"]
     assert len(commits) == 1
     c = commits[0]
@@ -80,7 +81,7 @@ def test_flat_load_recommends_reserved_end_to_end(client, users, team):
     assert c["prices_stale"] is False
     assert {p["label"] for p in c["prices"]} >= {"On-demand", "Reserved instance 3y no upfront"}
     assert not any(r["kind"] in ("stop_idle", "consolidate") for r in body["recommendations"])
-    html = client.get(f"/teams/{team.slug}/costs/?lookback=7").content.decode()
+    html = client.get(f"/teams/{team.slug}/costs/?lookback=30").content.decode()
     assert 'data-kind="commit"' in html and 'data-figure="fig-commit-0"' in html
     assert "Commit to 1 x p4d.24xlarge in us-east-1 (Reserved instance 3y no upfront)" in html
 
@@ -177,19 +178,23 @@ def test_costs_list_training_jobs_with_their_accounted_cost(client, users, team)
     assert "run-7" in html and "$262.18" in html and "ancient" not in html
 
 
-def test_recommendation_on_snapshot_prices_is_marked_stale(client, users, team):
+def test_snapshot_reserved_rates_older_than_the_on_demand_price_are_left_out(
+        client, users, team):
+    # The bundled snapshots: p4d on-demand $21.957642 as of 2026-11-09 (after AWS's 2025 P4
+    # price cut), reserved 1y/3y $19.22/$11.57 from the P4 page as of 2025-05-31 (before it).
+    # An old rate against a new on-demand price is no comparison: both are left out and the
+    # page says so instead of recommending a commitment.
     host, _ = make_host(team)
     for gpu in host.gpus.all():
-        add_hours(gpu, 7 * 24, 90.0, end=hour_end())
-    client.force_login(users["owner"])  # only the 2025-05-31 snapshot prices exist
-    recs = client.get(f"/api/v1/teams/{team.slug}/recommendations?lookback=7").json()[
+        add_hours(gpu, 30 * 24, 90.0, end=hour_end(), minutes=False)
+    client.force_login(users["owner"])
+    recs = client.get(f"/api/v1/teams/{team.slug}/recommendations?lookback=30").json()[
         "recommendations"]
-    commit = next(r for r in recs if r["kind"] == "commit")
-    assert commit["prices_stale"] is True
-    assert "stale (oldest as of 2025-05-31)" in commit["reasoning"]
-    assert "refresh prices before acting" in commit["reasoning"]
-    # the P4 page's rates have no stated payment option and are labelled so
-    assert "Reserved instance 3y effective rate, payment not stated" in commit["title"]
+    assert not [r for r in recs if r["kind"] == "commit"]
+    none = next(r for r in recs if r["kind"] == "no_commitment")
+    assert ("Reserved instance 3y effective rate, payment not stated (as of 2025-05-31, older "
+            "than the on-demand price of 2026-11-09)") in none["reasoning"]
+    assert none["detail"]["measured_days"] == 30
 
 
 def test_page_names_the_parts_a_partial_refresh_missed(client, users, team):

@@ -22,6 +22,7 @@ from greenops.costs.models import HOURS_PER_MONTH, InstanceType, Payment, Price,
 from greenops.teams.models import Team
 from greenops.telemetry.models import Host, PurchaseOption
 
+MIN_COMMIT_DAYS = 30  # a commitment is sized on at least this much measured history
 IDLE_HOURS = 48  # "idle for days": reported in every one of the last 48 hours, and
 IDLE_SHARE = 0.9  # under the threshold in at least 90% of those minutes (minute rollups: an
 # hourly average hides a GPU that idles 54 minutes of every hour)
@@ -29,12 +30,16 @@ IDLE_SHARE = 0.9  # under the threshold in at least 90% of those minutes (minute
 
 def carbon_factors(host: Host, pue: float | None, intensity: float | None
                    ) -> tuple[float, float | None, str]:
-    """PUE and grid intensity for a host: the caller's figures, else the carbon app's site
-    factors (the carbon app is always installed)."""
+    """PUE and grid intensity for a host (the caller's figures, else the carbon app's) and a
+    label naming the host, region and sources: a recommendation's CO2e is labelled with the
+    factors that computed it, never with another host's region."""
     if pue is not None or intensity is not None:
         return pue or 1.0, intensity, "given"
     f = site_factors(host)
-    return f.pue, f.intensity_g_per_kwh, f"PUE {f.pue_source}; intensity {f.intensity_source}"
+    where = f"{host.name}" + (f" ({host.region})" if host.region else "")
+    return f.pue, f.intensity_g_per_kwh, (
+        f"{where}: PUE {f.pue:g} ({f.pue_source}); {f.intensity_g_per_kwh:g} g CO2e/kWh "
+        f"({f.intensity_source})")
 
 
 def _price_note(prices: list[Price], now: dt.datetime | None) -> tuple[list[dict], str]:
@@ -49,10 +54,12 @@ def _price_note(prices: list[Price], now: dt.datetime | None) -> tuple[list[dict
     return info, note
 
 
-def _finish(r: rec.Recommendation, prices: list[Price], now: dt.datetime | None) -> dict:
+def _finish(r: rec.Recommendation, prices: list[Price], now: dt.datetime | None,
+            carbon: str = "") -> dict:
     info, note = _price_note(prices, now)
     r.reasoning += note
     out = asdict(r)
+    out["carbon_source"] = carbon
     out["prices"] = info
     out["prices_stale"] = any(i["stale"] for i in info)
     return out
@@ -80,6 +87,38 @@ def _commit_prices(region: str, itype: str) -> list[Price]:
             if p.payment != Payment.UNSPECIFIED or (p.option, p.term_years) not in exact]
 
 
+def measured_days(tu: TeamUsage, hosts: list[Host]) -> int:
+    """Whole days from the first hour these hosts reported in the window to its end."""
+    ids = {h.id for h in hosts}
+    first = min((b for u in tu.usage.values() if u.host_id in ids for b in u.hours),
+                default=None)
+    return 0 if first is None else int((tu.end - first) / dt.timedelta(days=1))
+
+
+def _measured_note(tu: TeamUsage, hosts: list[Host]) -> str:
+    days = measured_days(tu, hosts)
+    if days >= MIN_COMMIT_DAYS:
+        return ""
+    return (f" Based on {days} days measured, scaled to a month: a longer lookback gives a "
+            "steadier figure.")
+
+
+def _commit_options(od: Price, commits: list[Price]) -> tuple[list[Price], list[str]]:
+    """Commitment rates that may be compared with this on-demand price, and why others were
+    left out: a rate older than the on-demand price (a price list from before a price cut) or
+    one no cheaper than on-demand is never offered as a saving."""
+    kept, left_out = [], []
+    for p in commits:
+        if p.as_of.date() < od.as_of.date():
+            left_out.append(f"{p.label} (as of {p.as_of:%Y-%m-%d}, older than the on-demand "
+                            f"price of {od.as_of:%Y-%m-%d})")
+        elif p.usd_per_hour >= od.usd_per_hour:
+            left_out.append(f"{p.label} (${p.usd_per_hour:.4f}/h, not below on-demand)")
+        else:
+            kept.append(p)
+    return kept, left_out
+
+
 def _commitments(tu: TeamUsage, od_rows: list[HostCost], now) -> list[dict]:
     groups: dict[tuple[str, str], list[HostCost]] = defaultdict(list)
     for r in od_rows:
@@ -87,13 +126,30 @@ def _commitments(tu: TeamUsage, od_rows: list[HostCost], now) -> list[dict]:
     out = []
     for (region, itype), rows in sorted(groups.items()):
         od = rows[0].price.price
-        commits = _commit_prices(region, itype)
-        options = [rec.CommitOption(p.label, float(p.usd_per_hour), p.term_years or 1)
-                   for p in commits]
+        subject = f"{itype} in {region}"
         counts = _hourly_counts(tu, [r.host for r in rows])
         if not any(counts):
             continue
-        r = rec.commitment(f"{itype} in {region}", counts, float(od.usd_per_hour), options)
+        days = measured_days(tu, [r.host for r in rows])
+        if days < MIN_COMMIT_DAYS:
+            # A week of steady use says nothing about the next three years: no commitment is
+            # sized on less than MIN_COMMIT_DAYS of history, whatever the lookback shows.
+            r = rec.Recommendation(
+                "no_commitment", subject, f"Not enough history to size a commitment for "
+                f"{subject}", 0.0, 0.0, "low", 0.0, 0.0,
+                f"{days} days measured; commitments need {MIN_COMMIT_DAYS}. Choose a "
+                f"{MIN_COMMIT_DAYS}-day or longer lookback once that much usage is measured.",
+                detail={"measured_days": days, "needed_days": MIN_COMMIT_DAYS})
+            out.append(_finish(r, [od], now))
+            continue
+        commits, left_out = _commit_options(od, _commit_prices(region, itype))
+        options = [rec.CommitOption(p.label, float(p.usd_per_hour), p.term_years or 1)
+                   for p in commits]
+        r = rec.commitment(subject, counts, float(od.usd_per_hour), options)
+        if left_out:
+            r.reasoning += " Left out: " + "; ".join(left_out) + "."
+            r.detail = {**r.detail, "left_out": left_out}
+        r.detail = {**r.detail, "measured_days": days}
         out.append(_finish(r, [od, *commits], now))
     return out
 
@@ -139,7 +195,7 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
         for (region, itype), hosts in sorted(groups.items()):
             od = hosts[0].price.price
             spot = find_price(hosts[0].host.provider or "aws", region, itype, PriceOption.SPOT)
-            p, i, _ = carbon_factors(hosts[0].host, pue, intensity)
+            p, i, carbon = carbon_factors(hosts[0].host, pue, intensity)
             hours = sum(h.running_hours * share[h.host.id] for h in hosts) * to_month
             kwh = sum(h.energy_kwh * share[h.host.id] for h in hosts) * to_month * p
             r = rec.spot_fit(traits, float(od.usd_per_hour),
@@ -150,7 +206,8 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
             if len(groups) > 1:
                 r.subject = f"{w.name} on {itype} in {region}"
             _note_sharing(r, w.name, hosts, share, on_host)
-            out.append(_finish(r, [od, *([spot] if spot else [])], now))
+            r.reasoning += _measured_note(tu, [h.host for h in hosts])
+            out.append(_finish(r, [od, *([spot] if spot else [])], now, carbon))
     return out
 
 
@@ -194,7 +251,7 @@ def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
     for r in tu.rows:
         if r.price is None:
             continue
-        p, i, _ = carbon_factors(r.host, pue, intensity)
+        p, i, carbon = carbon_factors(r.host, pue, intensity)
         gpus = by_host.get(r.host.id, [])
         hours_per_month = r.running_hours * to_month
         used_prices = [r.price.price] if r.price.price else []
@@ -204,11 +261,11 @@ def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
         if idle and len(idle) >= r.gpu_count:
             out.append(_finish(rec.stop_idle(r.host.name, r.price.option, r.price.usd_per_hour,
                                              r.gpu_count, IDLE_HOURS, kw, p, i,
-                                             hours_per_month), used_prices, now))
+                                             hours_per_month), used_prices, now, carbon))
             continue
         found = _rightsize(r, gpus, threshold, hours_per_month, p, i)
         if found is not None:
-            out.append(_finish(found[0], [*used_prices, found[1]], now))
+            out.append(_finish(found[0], [*used_prices, found[1]], now, carbon))
             continue
         if idle:
             key = (r.host.provider or "aws", r.host.region, r.host.instance_type, r.price.option)
@@ -216,13 +273,13 @@ def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
                                                 r.price.usd_per_hour, hours_per_month)))
     for (_, region, itype, option), members in sorted(groups.items()):
         first = members[0][0]
-        p, i, _ = carbon_factors(first.host, pue, intensity)
+        p, i, carbon = carbon_factors(first.host, pue, intensity)
         subject = first.host.name if len(members) == 1 else f"{itype} in {region}"
         found = rec.consolidate(subject, option, [m for _, m in members], p, i)
         if found is not None:
             prices = list({r.price.price.pk: r.price.price for r, _ in members
                            if r.price.price}.values())
-            out.append(_finish(found, prices, now))
+            out.append(_finish(found, prices, now, carbon))
     return out
 
 
@@ -271,15 +328,15 @@ def team_recommendations(team: Team, lookback_days: int, now: dt.datetime | None
     recs = (_commitments(tu, od_rows, now) + _spot(tu, pue, intensity_g_per_kwh, now)
             + _host_checks(tu, pue, intensity_g_per_kwh, idle_threshold_pct, now))
     recs.sort(key=lambda r: (-r["monthly_usd_saved"], r["kind"], r["subject"]))
-    _, _, carbon_source = carbon_factors(tu.hosts[0], pue, intensity_g_per_kwh) if tu.hosts \
-        else (None, None, "")
     return {
         "team": team.slug,
         "lookback_days": lookback_days,
         "start": tu.start.isoformat(),
         "end": tu.end.isoformat(),
         "method": "estimate from measured GPU-hour rollups and catalog prices",
-        "carbon_source": carbon_source,
+        # Each recommendation carries the factors it was computed with; these are all of them.
+        "carbon_source": "; ".join(dict.fromkeys(r["carbon_source"] for r in recs
+                                                 if r["carbon_source"])),
         "recommendations": recs,
         "problems": [{"host": r.host.name, "code": r.problem.code, "message": r.problem.message}
                      for r in tu.rows if r.problem is not None],
