@@ -1,76 +1,94 @@
-"""Plotly figure specs built from rollup data.
+"""Plotly figure specs of the team home and host pages, from greenops.telemetry.fleet series
+(already within the point budget) and daily KPI rollups.
 
-Figures are plain Plotly JSON (dicts) rather than plotly.graph_objects: the spec is the same, and
-skipping graph_objects' per-trace validation keeps page renders fast for large fleets.
+The house style (LAYOUT, axes, palette, the point budget) lives in greenops.charts.
 """
 
 from __future__ import annotations
 
-LAYOUT = {
-    "margin": {"l": 55, "r": 15, "t": 40, "b": 40},
-    "height": 320,
-    "hovermode": "x unified",
-    "legend": {"orientation": "h", "y": -0.2},
-    "paper_bgcolor": "rgba(0,0,0,0)",
-    "plot_bgcolor": "rgba(0,0,0,0)",
-    "xaxis": {"type": "date", "gridcolor": "#e5e7eb"},
-}
+from greenops.charts import axis, colour, layout
 
 
-def _label(s: dict) -> str:
-    who = s["host"] if s["gpu_index"] is None else f"{s['host']} · GPU {s['gpu_index']}"
-    return who + (" (simulated)" if s["simulated"] else "")
+def _sim(simulated: bool) -> str:
+    return " (simulated)" if simulated else ""
 
 
-# Above this many points SVG gets sluggish in the browser; WebGL draws them on a canvas instead.
-WEBGL_POINTS = 20_000
+def _gpu_label(s: dict) -> str:
+    return f"{s['host']} · GPU {s['gpu_index']}{_sim(s['simulated'])}"
 
 
-def _lines(usage: dict, key: str, title: str, unit: str, y_range=None) -> dict:
-    points = sum(len(s["t"]) for s in usage["series"])
-    kind = "scattergl" if points > WEBGL_POINTS else "scatter"
-    traces = [
-        {"type": kind, "mode": "lines", "name": _label(s), "x": s["t"], "y": s[key],
-         "connectgaps": False, "hovertemplate": f"%{{y:.1f}} {unit}<extra>{_label(s)}</extra>"}
-        for s in usage["series"]
-    ]
-    yaxis = {"title": {"text": unit}, "gridcolor": "#e5e7eb", "rangemode": "tozero"}
-    if y_range:
-        yaxis["range"] = y_range
-    return {"data": traces, "layout": {**LAYOUT, "title": {"text": title}, "yaxis": yaxis}}
+def _per_gpu_lines(fs: dict, key: str, unit: str) -> list[dict]:
+    return [{"type": "scatter", "mode": "lines", "name": _gpu_label(s), "x": fs["t"],
+             "y": s[key], "connectgaps": False,
+             "hovertemplate": f"%{{y:,.1f}} {unit}<extra>{_gpu_label(s)}</extra>"}
+            for s in fs["series"]]
 
 
-def utilisation(usage: dict) -> dict:
-    return _lines(usage, "util_pct", "GPU utilisation", "%", [0, 100])
+def utilisation(fs: dict) -> dict:
+    """Per GPU for a small fleet; else the fleet's mean with the p10-p90 band across GPUs."""
+    if fs["grouping"] == "gpu":
+        data = _per_gpu_lines(fs, "util_pct", "%")
+        title = "GPU utilisation"
+    else:
+        # The band is two traces: p90 drawn invisibly, then p10 filled up to it.
+        band = {"type": "scatter", "mode": "lines", "x": fs["t"], "connectgaps": False,
+                "line": {"width": 0, "color": colour(0)}}
+        data = [
+            {**band, "name": "p90", "y": fs["util_p90_pct"], "showlegend": False,
+             "hovertemplate": "p90 %{y:.1f} %<extra></extra>"},
+            {**band, "name": "p10–p90 of GPUs", "y": fs["util_p10_pct"], "fill": "tonexty",
+             "fillcolor": "rgba(21,128,61,0.18)",
+             "hovertemplate": "p10 %{y:.1f} %<extra></extra>"},
+            {"type": "scatter", "mode": "lines", "name": "mean of GPUs" + _sim(fs["simulated"]),
+             "x": fs["t"], "y": fs["util_mean_pct"], "connectgaps": False,
+             "line": {"color": colour(0), "width": 2},
+             "hovertemplate": "mean %{y:.1f} %<extra></extra>"},
+        ]
+        title = f"GPU utilisation of {fs['totals']['gpus']:,} GPUs: mean and p10–p90"
+    return {"data": data, "layout": layout(
+        title, yaxis=axis("%", range=[0, 100]))}
 
 
-def power(usage: dict) -> dict:
-    if usage.get("grouping") == "host":
-        return _lines(usage, "power_w", "GPU power draw per host (sum of its GPUs)", "W")
-    return _lines(usage, "power_w", "GPU power draw", "W")
+def power(fs: dict) -> dict:
+    if fs["grouping"] == "gpu":
+        data = _per_gpu_lines(fs, "power_w", "W")
+        title = "GPU power draw"
+    else:
+        data = [{"type": "scatter", "mode": "lines", "name": "fleet" + _sim(fs["simulated"]),
+                 "x": fs["t"], "y": fs["power_w"], "connectgaps": False,
+                 "line": {"color": colour(1)},
+                 "hovertemplate": "%{y:,.0f} W<extra>all GPUs</extra>"}]
+        title = "GPU power draw of the fleet (sum of its GPUs)"
+    return {"data": data, "layout": layout(title, yaxis=axis("W", rangemode="tozero"))}
 
 
-def energy(usage: dict) -> dict:
-    """Energy per bucket, stacked by host: the height of a bar is the fleet's kWh in it."""
-    per_host: dict[str, dict[str, float]] = {}
-    for s in usage["series"]:
-        bars = per_host.setdefault(s["host"], {})
-        for t, kwh in zip(s["t"], s["energy_kwh"], strict=True):
-            bars[t] = bars.get(t, 0.0) + kwh
-    simulated = {s["host"] for s in usage["series"] if s["simulated"]}
-    traces = [
-        {"type": "bar", "name": host + (" (simulated)" if host in simulated else ""),
-         "x": list(bars), "y": [round(v, 6) for v in bars.values()],
-         "hovertemplate": "%{y:.4f} kWh<extra>" + host + "</extra>"}
-        for host, bars in sorted(per_host.items())
-    ]
-    per = usage["resolution"]
-    return {
-        "data": traces,
-        "layout": {**LAYOUT, "barmode": "stack", "title": {"text": f"GPU energy per {per}"},
-                   "yaxis": {"title": {"text": "kWh"}, "gridcolor": "#e5e7eb"}},
-    }
+def _step_label(step_s: int) -> str:
+    if step_s % 86400 == 0:
+        return "day" if step_s == 86400 else f"{step_s // 86400} days"
+    if step_s % 3600 == 0:
+        return "hour" if step_s == 3600 else f"{step_s // 3600} hours"
+    return "minute" if step_s == 60 else f"{step_s // 60} minutes"
 
 
-def dashboard_figures(usage: dict) -> dict[str, dict]:
-    return {"utilisation": utilisation(usage), "power": power(usage), "energy": energy(usage)}
+def energy(fs: dict) -> dict:
+    """GPU energy per display bucket, stacked by host: a bar's height is the fleet's kWh."""
+    data = [{"type": "bar", "name": host, "x": fs["t"], "y": [round(v, 6) for v in kwh],
+             "marker": {"color": colour(i)},
+             "hovertemplate": "%{y:,.4g} kWh<extra>" + host + "</extra>"}
+            for i, (host, kwh) in enumerate(fs["energy_kwh_by_host"].items())]
+    title = f"GPU energy per {_step_label(fs['step_s'])}{_sim(fs['simulated'])}"
+    return {"data": data, "layout": layout(title, barmode="stack", yaxis=axis("kWh"))}
+
+
+def per_day_by_workload(days: dict, key: str, title: str, unit: str, fmt: str) -> dict:
+    """Daily bars stacked by workload (dashboards.headline.daily_by_workload)."""
+    data = [{"type": "bar", "name": name, "x": days["t"], "y": values,
+             "marker": {"color": colour(i)},
+             "hovertemplate": f"%{{y:{fmt}}} {unit}<extra>{name}</extra>"}
+            for i, (name, values) in enumerate(days[key].items())]
+    return {"data": data, "layout": layout(title + _sim(days["simulated"]), barmode="stack",
+                                           yaxis=axis(unit))}
+
+
+def fleet_figures(fs: dict) -> dict[str, dict]:
+    return {"utilisation": utilisation(fs), "power": power(fs), "energy": energy(fs)}

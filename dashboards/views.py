@@ -8,12 +8,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
-from dashboards import figures
+from dashboards import figures, headline
 from greenops import windows
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
+from greenops.telemetry import fleet
 from greenops.telemetry.models import Host
-from greenops.telemetry.queries import RANGES, host_usage, team_usage
+from greenops.telemetry.queries import RANGES, team_gpus
 
 
 @login_required
@@ -24,19 +25,30 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @team_permission("team.view")
 def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
+    """The team home: what the team's AI costs and what to change, then the fleet's charts."""
     key = windows.range_from_request(request, RANGES)
-    usage = team_usage(team, key)
+    now = timezone.now()
+    fleet_series = fleet.fleet_series(team_gpus(team), key, now)
+    days = headline.daily_by_workload(team, key, now)
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
     # them separately).
     hosts = list(team.hosts.filter(removed_at__isnull=True).prefetch_related("gpus"))
     ctx = {
         "team": team,
-        "usage": usage,
-        "figures": figures.dashboard_figures(usage),
+        "head": headline.headline(team, key, now),
+        "recommendations": headline.top_recommendations(team, now),
+        "usage": fleet_series,
+        "figures": {
+            **figures.fleet_figures(fleet_series),
+            "cost_by_workload": figures.per_day_by_workload(
+                days, "cost_usd", "Cost per day by workload", "USD", ",.2f"),
+            "co2e_by_workload": figures.per_day_by_workload(
+                days, "co2e_kg", "Carbon per day by workload", "kg CO2e", ",.3g"),
+        },
         "hosts": hosts,
         "ranges": RANGES,
         "range_key": key,
-        "now": timezone.now(),
+        "now": now,
     }
     return render(request, "dashboards/team.html", ctx)
 
@@ -45,13 +57,13 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
 def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
     host = get_object_or_404(Host, id=host_id, team=team)
     key = windows.range_from_request(request, RANGES)
-    usage = host_usage(host, key)
+    fleet_series = fleet.fleet_series(list(host.gpus.select_related("host")), key)
     ctx = {
         "team": team,
         "host": host,
         "gpus": host.gpus.all(),
-        "usage": usage,
-        "figures": figures.dashboard_figures(usage),
+        "usage": fleet_series,
+        "figures": figures.fleet_figures(fleet_series),
         "ranges": RANGES,
         "range_key": key,
         "online": host.is_online(),

@@ -19,7 +19,8 @@ LAYOUT: dict[str, Any] = {
     "margin": {"l": 55, "r": 15, "t": 40, "b": 40},
     "height": 320,
     "hovermode": "x unified",
-    "legend": {"orientation": "h", "y": -0.2},
+    # Below the date ticks (two lines: time, then the date where it changes).
+    "legend": {"orientation": "h", "y": -0.22, "yanchor": "top"},
     "paper_bgcolor": "rgba(0,0,0,0)",
     "plot_bgcolor": "rgba(0,0,0,0)",
     "xaxis": {"type": "date", "gridcolor": GRID_COLOUR},

@@ -25,7 +25,7 @@ def test_login_and_dashboard_charts_render(live_server, page, users, team, host,
         assert page.locator(f"#{chart} .trace, #{chart} .barlayer .point").count() >= 1
     assert page.locator("#chart-utilisation .scatterlayer .trace, "
                         "#chart-utilisation canvas").count() >= 1
-    energy = page.locator("[data-kpi='energy_kwh']").inner_text()
+    energy = page.locator("[data-kpi='gpu_energy_kwh']").inner_text()
     assert energy != "0.000 kWh"
     assert page.locator("[data-kpi='gpus_reporting']").inner_text() == "2 / 2"
     page.get_by_role("link", name="gpu-node-1").click()

@@ -5,7 +5,7 @@ baseline, and acknowledged regressions marked."""
 from __future__ import annotations
 
 from collectors import bench_gate as gate
-from dashboards.figures import LAYOUT
+from greenops.charts import LAYOUT
 
 VERDICT_COLOUR = {gate.PASS: "#15803d", gate.FAIL: "#b91c1c", gate.INCONCLUSIVE: "#b45309",
                   "": "#2563eb"}

@@ -1,0 +1,253 @@
+"""The team home's read side: the headline figures of the product, each from the app that owns
+it (KPIs: energy, carbon, inferences, utilisation; costs: cost, idle cost, unpriced hosts,
+recommendations), with its change against the previous period and the page that explains it.
+
+Nothing is computed here that its owner does not compute for its own page: the home shows the
+same figure the linked page shows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from django.urls import reverse
+from django.utils import timezone
+
+from greenops import windows
+from greenops.costs import accounting
+from greenops.costs.team_recommendations import team_recommendations
+from greenops.kpis import metrics
+from greenops.kpis import queries as kpi_queries
+from greenops.kpis.models import KpiRollup, Period
+from greenops.teams.models import Team
+from greenops.units import J_PER_KWH
+from greenops.workloads.models import Workload
+
+TOP_RECOMMENDATIONS = 3
+RECOMMENDATION_LOOKBACK_DAYS = 30
+# A daily chart shorter than this says little: the home shows at least a week of days.
+MIN_DAILY_SPAN = dt.timedelta(days=7)
+
+
+@dataclass
+class Card:
+    key: str
+    label: str
+    value: float | None
+    unit: str
+    digits: int
+    href: str
+    change_pct: float | None = None
+    # Why the value is unknown, or what it leaves out ("2 hosts without a price").
+    note: str = ""
+    prefix: str = ""
+    fix_href: str = ""  # where a user fixes what blanks or limits the figure
+    fix_label: str = ""
+
+
+@dataclass
+class Unpriced:
+    hosts: list[dict] = field(default_factory=list)  # {name, id, message}
+    gpu_hours: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.hosts)
+
+    def sentence(self) -> str:
+        s = "" if self.count == 1 else "s"
+        return f"{self.count} host{s} without a price ({self.gpu_hours:,} GPU-hours)"
+
+
+def kpi_range(range_key: str) -> str:
+    """The KPI range of a page range: KPIs roll up hourly, so the last hour shows the last
+    24 hours' cards (and says so)."""
+    return range_key if range_key in kpi_queries.RANGES else "day"
+
+
+def unpriced(tu: accounting.TeamUsage) -> Unpriced:
+    out = Unpriced()
+    for r in tu.rows:
+        if r.problem is None:
+            continue
+        out.hosts.append({"name": r.host.name, "id": r.host.id, "message": r.problem.message})
+        out.gpu_hours += sum(len(u.hours) for u in tu.usage.values() if u.host_id == r.host.id)
+    return out
+
+
+def _costs(team: Team, days: float, now: dt.datetime) -> tuple[dict, Unpriced]:
+    tu = accounting.collect(team, days, now)  # type: ignore[arg-type]
+    return accounting.team_costs(tu), unpriced(tu)
+
+
+def headline(team: Team, range_key: str, now: dt.datetime | None = None) -> dict:
+    now = now or timezone.now()
+    key = kpi_range(range_key)
+    ov = kpi_queries.overview(team, None, key, now)
+    label, span = kpi_queries.RANGES[key].label, kpi_queries.RANGES[key].span
+    days = span.total_seconds() / 86400
+    costs_now, missing = _costs(team, days, now)
+    costs_before, missing_before = _costs(team, days, now - span)
+    cur, change = ov["current"], ov["change_pct"]
+    slug = team.slug
+    kpis_url = reverse("kpi-overview", args=[slug]) + f"?range={key}"
+    costs_url = reverse("costs-recommendations", args=[slug])
+    hosts_url = reverse("host-list", args=[slug])
+
+    cost = Card("cost_usd", "Cost", costs_now["priced_cost_usd"], "", 2, costs_url,
+                prefix="$")
+    if missing.count:
+        cost.label = "Cost of priced hosts"
+        cost.note = missing.sentence()
+        cost.fix_href, cost.fix_label = hosts_url, "set prices"
+    elif not missing_before.count:
+        cost.change_pct = metrics.change_pct(costs_now["total_cost_usd"],
+                                             costs_before["total_cost_usd"])
+    idle = Card("idle_cost_usd", "Idle GPU cost", costs_now["idle_cost_usd"], "", 2,
+                costs_url, prefix="$",
+                note=f"GPU-hours under {costs_now['idle_threshold_pct']:g} % utilisation")
+    if not missing.count and not missing_before.count:
+        idle.change_pct = metrics.change_pct(costs_now["idle_cost_usd"],
+                                             costs_before["idle_cost_usd"])
+    if not ov["comparable"]:  # a previous period only partly measured: no trend to show
+        cost.change_pct = idle.change_pct = None
+    serving_now = serving_kpis(team, key, now)
+    serving_before = serving_kpis(team, key, now - span)
+    epi = Card("energy_per_inference_j", "Energy per inference",
+               serving_now["energy_per_inference_j"], "J", 1, kpis_url,
+               note="IT energy of the serving GPUs ÷ their inferences")
+    per_1k = Card("cost_per_1k_inferences_usd", "Cost per 1k inferences",
+                  serving_now["cost_per_1k_inferences_usd"], "", 4, kpis_url, prefix="$")
+    if ov["comparable"]:
+        for card in (epi, per_1k):
+            card.change_pct = metrics.change_pct(serving_now[card.key], serving_before[card.key])
+    if not serving_now["requests"]:
+        epi.note = per_1k.note = "no inferences reported"
+    elif per_1k.value is None:
+        per_1k.note = ("unknown: " + missing.sentence() if missing.count
+                       else "unknown: no price for the serving GPUs")
+        per_1k.fix_href, per_1k.fix_label = hosts_url, "set prices"
+    cards = [
+        cost,
+        Card("energy_kwh", "IT energy", cur.get("energy_kwh"), "kWh", 2, kpis_url,
+             change.get("energy_kwh"), "GPU + CPU + RAM"),
+        Card("facility_energy_kwh", "Facility energy", cur.get("facility_energy_kwh"), "kWh",
+             2, kpis_url, change.get("facility_energy_kwh"), "IT energy × PUE"),
+        Card("co2e_kg", "Carbon", cur.get("co2e_kg"), "kg CO2e", 2,
+             reverse("carbon-methodology"), change.get("co2e_kg"),
+             "facility energy × grid intensity"),
+        Card("requests", "Inferences", cur.get("requests"), "", 0, kpis_url,
+             change.get("requests")),
+        epi,
+        per_1k,
+        Card("gpu_util_pct", "GPU utilisation", cur.get("gpu_util_pct"), "%", 1, "#charts",
+             change.get("gpu_util_pct")),
+        idle,
+    ]
+    return {
+        "range": key, "label": label, "start": ov["start"], "end": ov["end"],
+        "cards": cards, "comparable": ov["comparable"],
+        "previous_partial": ov["previous_partial"], "simulated": cur.get("simulated"),
+        "unpriced": missing, "costs": costs_now,
+        "month": month_to_date(team, now),
+    }
+
+
+def serving_kpis(team: Team, range_key: str, now: dt.datetime) -> dict:
+    """Energy per inference and cost per 1k inferences of the team's serving workloads: their
+    GPUs' IT energy and cost over their inferences (the team's training GPUs do not serve).
+    Each workload's figures are the KPI page's; the sums weight them by inferences."""
+    period = kpi_queries.PERIOD[range_key]
+    w = kpi_queries.window(range_key, now)
+    start, end = w.start, w.end
+    requests, energy_kwh, cost_usd = 0, 0.0, 0.0
+    for w in Workload.objects.filter(team=team):
+        k = kpi_queries.kpis(team, w, start, end, period)
+        if not k.get("requests"):
+            continue
+        requests += k["requests"]
+        energy_kwh += k.get("energy_kwh") or 0.0
+        cost_usd = None if cost_usd is None or k.get("cost_usd") is None else \
+            cost_usd + k["cost_usd"]
+    return {"requests": requests,
+            "energy_per_inference_j": energy_kwh * J_PER_KWH / requests if requests else None,
+            "cost_per_1k_inferences_usd": (cost_usd / requests * 1000
+                                           if requests and cost_usd is not None else None)}
+
+
+def month_to_date(team: Team, now: dt.datetime) -> dict:
+    """This calendar month (in the team's time zone) so far: cost (priced hosts), IT energy,
+    carbon, inferences."""
+    month = windows.month_containing(now, team.time_zone)
+    start = month.start
+    end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
+    k = kpi_queries.kpis(team, None, start, end, Period.HOUR)
+    # Cost accounting counts whole hours up to the start of the current one.
+    days = max((now.replace(minute=0, second=0, microsecond=0) - start).total_seconds(), 0)
+    costs, missing = _costs(team, days / 86400, now)
+    return {"start": start, "label": month.label,
+            "cost_usd": costs["priced_cost_usd"], "unpriced": missing,
+            "energy_kwh": k.get("energy_kwh"), "co2e_kg": k.get("co2e_kg"),
+            "requests": k.get("requests")}
+
+
+def top_recommendations(team: Team, now: dt.datetime | None = None,
+                        limit: int = TOP_RECOMMENDATIONS) -> list[dict]:
+    """The recommendations with the largest monthly savings, as the Costs page ranks them."""
+    recs = team_recommendations(team, RECOMMENDATION_LOOKBACK_DAYS, now)["recommendations"]
+    return [r for r in recs if r["monthly_usd_saved"] > 0][:limit]
+
+
+def daily_by_workload(team: Team, range_key: str, now: dt.datetime | None = None) -> dict:
+    """Cost and carbon per day, stacked by workload, plus the GPUs no workload claims (the
+    team's total minus its workloads'). A day whose cost is unknown for a workload (no price)
+    has no bar for it rather than a zero."""
+    now = now or timezone.now()
+    key = kpi_range(range_key)
+    span = max(kpi_queries.RANGES[key].span, MIN_DAILY_SPAN)
+    end = now.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
+    start = end - span
+    rows = KpiRollup.objects.filter(team=team, period=Period.DAY, bucket__gte=start,
+                                    bucket__lt=end)
+    days = [start + dt.timedelta(days=i) for i in range(span.days)]
+    index = {d: i for i, d in enumerate(days)}
+    names = dict(Workload.objects.filter(team=team).values_list("id", "name"))
+    cost: dict[str, list[float | None]] = {}
+    co2e: dict[str, list[float | None]] = {}
+    team_cost: list[float | None] = [None] * len(days)
+    team_co2e: list[float | None] = [None] * len(days)
+    simulated = False
+    for r in rows:
+        i = index.get(r.bucket)
+        if i is None:
+            continue
+        simulated = simulated or r.simulated
+        if r.workload_id is None:
+            team_cost[i], team_co2e[i] = r.cost_usd, r.co2e_g / 1000
+            continue
+        name = names.get(r.workload_id, "?")
+        cost.setdefault(name, [None] * len(days))[i] = r.cost_usd
+        co2e.setdefault(name, [None] * len(days))[i] = r.co2e_g / 1000
+    rest = "GPUs in no workload"
+    cost[rest] = _remainder(team_cost, cost)
+    co2e[rest] = _remainder(team_co2e, co2e)
+    return {"t": [d.date().isoformat() for d in days], "simulated": simulated,
+            "cost_usd": {k: _round(v, 2) for k, v in cost.items() if any(v)},
+            "co2e_kg": {k: _round(v, 3) for k, v in co2e.items() if any(v)}}
+
+
+def _remainder(total: list[float | None], parts: dict[str, list[float | None]]
+               ) -> list[float | None]:
+    out: list[float | None] = []
+    for i, t in enumerate(total):
+        if t is None:
+            out.append(None)
+            continue
+        # Workloads that share GPUs can add up to more than the team: never a negative bar.
+        out.append(max(t - sum(p[i] or 0.0 for p in parts.values()), 0.0))
+    return out
+
+
+def _round(values: list[float | None], digits: int) -> list[float | None]:
+    return [None if v is None else round(v, digits) for v in values]
