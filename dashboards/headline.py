@@ -21,7 +21,6 @@ from greenops.kpis import metrics
 from greenops.kpis import queries as kpi_queries
 from greenops.kpis.models import KpiRollup, Period
 from greenops.teams.models import Team
-from greenops.units import J_PER_KWH
 from greenops.workloads.models import Workload
 
 TOP_RECOMMENDATIONS = 3
@@ -112,17 +111,18 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None) -> dict
                                              costs_before["idle_cost_usd"])
     if not ov["comparable"]:  # a previous period only partly measured: no trend to show
         cost.change_pct = idle.change_pct = None
-    serving_now = serving_kpis(team, key, now)
-    serving_before = serving_kpis(team, key, now - span)
+    # The KPI engine divides the inference workloads' energy and cost (not the training
+    # GPUs') by their inferences; the home shows its figures.
     epi = Card("energy_per_inference_j", "Energy per inference",
-               serving_now["energy_per_inference_j"], "J", 1, kpis_url,
-               note="IT energy of the serving GPUs ÷ their inferences")
+               cur.get("energy_per_inference_j"), "J", 1, kpis_url,
+               change.get("energy_per_inference_j"),
+               "IT energy of the serving GPUs ÷ their inferences")
     per_1k = Card("cost_per_1k_inferences_usd", "Cost per 1k inferences",
-                  serving_now["cost_per_1k_inferences_usd"], "", 4, kpis_url, prefix="$")
+                  cur.get("cost_per_1k_inferences_usd"), "", 4, kpis_url, prefix="$")
     if ov["comparable"]:
-        for card in (epi, per_1k):
-            card.change_pct = metrics.change_pct(serving_now[card.key], serving_before[card.key])
-    if not serving_now["requests"]:
+        per_1k.change_pct = metrics.change_pct(cur.get("cost_per_1k_inferences_usd"),
+                                               ov["previous"].get("cost_per_1k_inferences_usd"))
+    if not cur.get("requests"):
         epi.note = per_1k.note = "no inferences reported"
     elif per_1k.value is None:
         per_1k.note = ("unknown: " + missing.sentence() if missing.count
@@ -152,28 +152,6 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None) -> dict
         "unpriced": missing, "costs": costs_now,
         "month": month_to_date(team, now),
     }
-
-
-def serving_kpis(team: Team, range_key: str, now: dt.datetime) -> dict:
-    """Energy per inference and cost per 1k inferences of the team's serving workloads: their
-    GPUs' IT energy and cost over their inferences (the team's training GPUs do not serve).
-    Each workload's figures are the KPI page's; the sums weight them by inferences."""
-    period = kpi_queries.PERIOD[range_key]
-    w = kpi_queries.window(range_key, now)
-    start, end = w.start, w.end
-    requests, energy_kwh, cost_usd = 0, 0.0, 0.0
-    for w in Workload.objects.filter(team=team):
-        k = kpi_queries.kpis(team, w, start, end, period)
-        if not k.get("requests"):
-            continue
-        requests += k["requests"]
-        energy_kwh += k.get("energy_kwh") or 0.0
-        cost_usd = None if cost_usd is None or k.get("cost_usd") is None else \
-            cost_usd + k["cost_usd"]
-    return {"requests": requests,
-            "energy_per_inference_j": energy_kwh * J_PER_KWH / requests if requests else None,
-            "cost_per_1k_inferences_usd": (cost_usd / requests * 1000
-                                           if requests and cost_usd is not None else None)}
 
 
 def month_to_date(team: Team, now: dt.datetime) -> dict:
