@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db import models
 from django.db.models import Count, F, Q
@@ -26,6 +26,7 @@ from django.db.models.functions import TruncHour
 from greenops import windows
 from greenops.carbon.accounting import FactorsFor, cached_site_factors
 from greenops.costs.catalog import HourlyPrice, PriceProblem, host_price
+from greenops.costs.models import Price, PricePeriod
 from greenops.energy import ItEnergy, floor_hour, hour_aligned, it_energy, overlap
 from greenops.teams.models import Team
 from greenops.telemetry.models import GpuHour, GpuMinute, Host, PurchaseOption
@@ -41,15 +42,42 @@ PriceFor = Callable[[Host, dt.datetime], HourlyPrice | PriceProblem | None]
 
 
 def cached_prices(now: dt.datetime | None = None) -> PriceFor:
-    """Catalog prices looked up once per host."""
-    seen: dict[int, HourlyPrice | PriceProblem] = {}
+    """Catalog prices of the hour: each host's offer looked up once, then the price in force
+    in the asked hour from the offer's recorded periods (a refresh never reprices the past)."""
+    current: dict[int, HourlyPrice | PriceProblem] = {}
+    periods: dict[int, list[PricePeriod]] = {}
 
     def lookup(host: Host, hour: dt.datetime) -> HourlyPrice | PriceProblem:
-        if host.id not in seen:
-            seen[host.id] = host_price(host, now)
-        return seen[host.id]
+        if host.id not in current:
+            found = current[host.id] = host_price(host, now)
+            periods[host.id] = price_periods(found.price) if isinstance(found, HourlyPrice) \
+                and found.price is not None else []
+        return in_force(current[host.id], periods[host.id], hour)
 
     return lookup
+
+
+def price_periods(price: Price) -> list[PricePeriod]:
+    return list(PricePeriod.objects.filter(**PricePeriod.offer_of(price))
+                .exclude(valid_to=F("valid_from")).order_by("valid_from"))
+
+
+def in_force(found: HourlyPrice | PriceProblem, periods: list[PricePeriod],
+             hour: dt.datetime) -> HourlyPrice | PriceProblem:
+    """The offer's price in force at the start of `hour`. Before its first recorded period the
+    earliest recorded price applies (labelled so); with one period it is the current price."""
+    if not isinstance(found, HourlyPrice) or len(periods) < 2:
+        return found
+    period = next((p for p in periods if p.valid_from <= hour
+                   and (p.valid_to is None or hour < p.valid_to)), None)
+    note = "in force"
+    if period is None:
+        period, note = periods[0], "earliest recorded price, in force"
+    if period.valid_to is None:
+        return found
+    return replace(found, usd_per_hour=float(period.usd_per_hour), as_of=period.valid_from,
+                   source=f"{period.source} ({note} {period.valid_from:%Y-%m-%d} to "
+                          f"{period.valid_to:%Y-%m-%d})"[:300], price=None)
 
 
 def is_committed(host: Host) -> bool:
@@ -280,9 +308,10 @@ def host_costs(hosts: list[Host], usage: dict[int, GpuUsage], start: dt.datetime
     out = []
     for host in hosts:
         line = cost.hosts.get(host.id)
-        found = price(host, floor_hour(end - dt.timedelta(microseconds=1)))
-        latest = line.price if line is not None and line.price is not None else (
-            found if isinstance(found, HourlyPrice) else None)
+        # The row shows (and recommendations compare) today's catalog price; the cost above
+        # used the price in force in each hour.
+        found = host_price(host, now)
+        latest = found if isinstance(found, HourlyPrice) else None
         # A host without a price is named even in a window it did not run in.
         problem = (line.problem if line is not None else None) or (
             found if isinstance(found, PriceProblem) else None)

@@ -162,3 +162,59 @@ class PriceRefresh(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
+
+
+class PricePeriod(models.Model):
+    """When an offer's price was in force: [valid_from, valid_to), valid_to null while it still
+    is. Written whenever a Price row is created or its rate changes (see signals below), so an
+    hour is costed at the price of its own time and a refresh never rewrites past months."""
+
+    provider = models.CharField(max_length=20)
+    region = models.CharField(max_length=32)
+    instance_type = models.CharField(max_length=64)
+    option = models.CharField(max_length=20, choices=PriceOption.choices)
+    term_years = models.PositiveSmallIntegerField(null=True, blank=True)
+    payment = models.CharField(max_length=20, choices=Payment.choices, blank=True, default="")
+    usd_per_hour = models.DecimalField(max_digits=12, decimal_places=6)
+    valid_from = models.DateTimeField()
+    valid_to = models.DateTimeField(null=True, blank=True)
+    source = models.CharField(max_length=300)
+    recorded_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["provider", "region", "instance_type", "option", "term_years", "payment",
+                    "valid_from"]
+        indexes = [models.Index(fields=["instance_type", "region", "option"],
+                                name="price_period_offer")]
+
+    @classmethod
+    def offer_of(cls, price: Price) -> dict:
+        return {"provider": price.provider, "region": price.region,
+                "instance_type": price.instance_type, "option": price.option,
+                "term_years": price.term_years, "payment": price.payment}
+
+    @classmethod
+    def record(cls, price: Price) -> None:
+        """Open a period for the price's current rate if it differs from the open one. The
+        new rate is in force from its as-of time (never before the open period's start)."""
+        offer = cls.offer_of(price)
+        current = cls.objects.filter(**offer, valid_to__isnull=True).order_by(
+            "-valid_from").first()
+        if current is not None and current.usd_per_hour == price.usd_per_hour:
+            return
+        start = price.as_of
+        if current is not None:
+            start = max(start, current.valid_from)
+            current.valid_to = start
+            current.save(update_fields=["valid_to"])
+        cls.objects.create(**offer, usd_per_hour=price.usd_per_hour, valid_from=start,
+                           source=price.source[:300])
+
+
+def _record_price_period(sender, instance: Price, **kwargs) -> None:
+    if not kwargs.get("raw"):
+        PricePeriod.record(instance)
+
+
+models.signals.post_save.connect(_record_price_period, sender=Price,
+                                 dispatch_uid="costs.price_period")
