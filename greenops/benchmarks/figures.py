@@ -5,7 +5,7 @@ baseline, and acknowledged regressions marked."""
 from __future__ import annotations
 
 from collectors import bench_gate as gate
-from greenops.charts import LAYOUT
+from greenops.charts import GRID_COLOUR, axis, layout
 
 VERDICT_COLOUR = {gate.PASS: "#15803d", gate.FAIL: "#b91c1c", gate.INCONCLUSIVE: "#b45309",
                   "": "#2563eb"}
@@ -50,7 +50,7 @@ def kpi_history(points: list[dict], kpi: gate.Kpi) -> dict:
                        "marker": {"symbol": "star", "size": 15, "color": "#7c3aed"},
                        "hovertemplate": "acknowledged: %{text}<extra></extra>"})
     title = f"{kpi.label} ({kpi.unit})" + (" (incl. simulated)" if simulated else "")
-    return {"data": traces, "layout": {
-        **LAYOUT, "title": {"text": title}, "hovermode": "closest",
-        "xaxis": {"type": "category", "gridcolor": "#e5e7eb", "automargin": True},
-        "yaxis": {"title": {"text": kpi.unit}, "gridcolor": "#e5e7eb", "rangemode": "tozero"}}}
+    return {"data": traces, "layout": layout(
+        title, hovermode="closest",
+        xaxis={"type": "category", "gridcolor": GRID_COLOUR, "automargin": True},
+        yaxis=axis(kpi.unit, rangemode="tozero"))}

@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from collectors import bench_gate as gate
 from greenops.benchmarks.models import Acknowledgement, BenchmarkRun, BenchmarkSample
+from greenops.charts import MAX_POINTS
 from greenops.errors import FieldError, invalid
 from greenops.teams.models import Team
 from greenops.telemetry.wire import text_field
@@ -215,9 +216,11 @@ def acknowledge(run: BenchmarkRun, kpi: str, reason: str, user) -> Acknowledgeme
     return ack
 
 
-def history(workload: Workload, branch: str | None = None, limit: int = 200) -> list[dict]:
-    """A workload's runs, oldest first, each with its KPI medians, the band the gate used and
-    its acknowledgements: what the history page plots and lists."""
+def history(workload: Workload, branch: str | None = None, limit: int = MAX_POINTS
+            ) -> list[dict]:
+    """A workload's newest ``limit`` runs (the charts' point budget), oldest first, each
+    with its KPI medians, the band the gate used and its acknowledgements: what the history
+    page plots and lists."""
     runs = BenchmarkRun.objects.filter(workload=workload)
     if branch:
         runs = runs.filter(branch=branch)
