@@ -127,6 +127,16 @@ def test_a_simulated_run_cannot_claim_a_verdict(client, api_token):
     assert resp.status_code == 422 and resp.json()["field"] == "comparison.verdict"
 
 
+def test_a_verdict_that_does_not_follow_from_the_repeats_is_refused(client, api_token):
+    doc = run_doc(regress_pct=20.0)  # the gate says fail for these repeats
+    doc["comparison"]["verdict"] = "pass"
+    doc["comparison"]["rows"][0]["verdict"] = "pass"
+    resp = post(client, api_token, doc)
+    assert resp.status_code == 422 and resp.json()["field"] == "comparison"
+    assert "the gate gives fail" in resp.json()["message"]
+    assert not BenchmarkRun.objects.exists()
+
+
 def test_runs_need_a_token(client, ranker):
     assert post(client, None, run_doc()).status_code == 401
     assert post(client, "gha_wrong", run_doc()).status_code == 401

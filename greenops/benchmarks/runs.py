@@ -101,6 +101,27 @@ def _comparison(doc: dict) -> gate.Comparison | None:
     return result
 
 
+def _check_interleaved(comparison: gate.Comparison, samples: list[BenchmarkSample]) -> None:
+    """A run measured against its merge base carries both sides' repeats: the verdict must be
+    the one the gate gives for them (same module, same tolerances and alpha), so a stored
+    "pass" can always be traced to its numbers."""
+    if not any(s.role == "base" for s in samples):
+        return  # compared with a stored run or a file: those repeats are not in this doc
+
+    def values(role: str) -> dict[str, list[float | None]]:
+        return {k.key: [getattr(s, k.key) for s in samples if s.role == role]
+                for k in gate.KPIS}
+
+    tolerances = {r.kpi: r.tolerance_pct for r in comparison.rows}
+    again = gate.compare(values("base"), values("head"), comparison.baseline, tolerances,
+                         comparison.alpha)
+    if [(r.kpi, r.verdict) for r in again.rows] != [(r.kpi, r.verdict) for r in
+                                                      comparison.rows] \
+            or again.verdict != comparison.verdict:
+        raise invalid("comparison", f"does not follow from the samples: the gate gives "
+                      f"{again.verdict} ({again.reason}) for them")
+
+
 def store_run(team: Team, doc, posted_by: str = "") -> tuple[BenchmarkRun, bool]:
     """Validate and store a posted run; a resent run_id returns the stored run unchanged."""
     if not isinstance(doc, dict):
@@ -129,6 +150,8 @@ def store_run(team: Team, doc, posted_by: str = "") -> tuple[BenchmarkRun, bool]
         raise invalid("labels", "at most 50 string labels (key <= 100, value <= 500 chars)")
     samples = _samples(doc)
     comparison = _comparison(doc)
+    if comparison is not None and source != "simulated":
+        _check_interleaved(comparison, samples)
     if comparison is not None and source == "simulated" and comparison.verdict != \
             gate.INCONCLUSIVE:
         raise invalid("comparison.verdict", "a simulated run is never gated")
