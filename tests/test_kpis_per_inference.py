@@ -33,7 +33,8 @@ COST_PER_1K_USD = 0.5  # 0.06 / 120 x 1000        (over successes: 0.508 $)
 def totals() -> metrics.Totals:
     return metrics.Totals(requests=REQUESTS, success=SUCCESS, failure=FAILURE, gpu_minutes=60,
                           gpu_energy_j=GPU_J, cpu_ram_energy_j=CPU_RAM_J,
-                          facility_energy_j=FACILITY_J, co2e_g=CO2E_G, cost_usd=COST_USD)
+                          facility_energy_j=FACILITY_J, co2e_g=CO2E_G, cost_usd=COST_USD,
+                          measured_s=3600.0)  # the inference windows covered the whole hour
 
 
 def test_per_inference_figures_divide_by_all_requests_not_successes():
@@ -42,7 +43,7 @@ def test_per_inference_figures_divide_by_all_requests_not_successes():
     assert k["energy_per_inference_j"] == pytest.approx(ENERGY_PER_INFERENCE_J)
     assert k["co2e_per_1k_inferences_g"] == pytest.approx(CO2E_PER_1K_G)
     assert k["cost_per_1k_inferences_usd"] == pytest.approx(COST_PER_1K_USD)
-    # Throughput counts every request the server answered too: 120 / 3600 s.
+    # Throughput counts every request the server answered too: 120 / 3600 measured s.
     assert k["throughput_per_s"] == pytest.approx(120 / 3600)
 
 
