@@ -193,7 +193,7 @@ def test_csv_pdf_page_and_api_agree(client, users, team, october):
     assert back["total"]["cost_usd"] == pytest.approx(12.0)
     assert back["total"]["inferences"] == 3000
     for col in ("gpu_kwh", "it_kwh", "facility_kwh", "co2e_location_kg", "cost_usd",
-                "idle_gpu_hours", "idle_cost_usd"):
+                "gpu_hours", "idle_gpu_hours", "idle_cost_usd"):
         assert back["hosts_sum"][col] == pytest.approx(back["total"][col]), col
     # PDF, page and API show the same strings for the same figures.
     pdf = _pdf_text(bytes(report.pdf_data))
@@ -318,10 +318,24 @@ def test_new_revision_of_a_closed_month_is_emailed_to_subscribers(team, users, m
     assert len(mailoutbox) == 1
 
 
-def test_provisional_month_is_not_emailed(team, users, mailoutbox):
+def test_provisional_month_is_not_emailed_and_its_closed_successor_is(team, users,
+                                                                       mailoutbox):
     Subscription.objects.create(team=team, user=users["member"])
     report = _generate(team, Month(2026, 11), now=dt.datetime(2026, 11, 15, tzinfo=UTC))
     assert report.revision == 1 and not report.closed and mailoutbox == []
+    # Same (empty) figures after the month closed: still a new, final revision, and mailed.
+    final = _generate(team, Month(2026, 11), now=dt.datetime(2026, 12, 3, tzinfo=UTC))
+    assert final.revision == 2 and final.closed and final.difference == []
+    assert len(mailoutbox) == 1
+
+
+def test_someone_who_left_the_team_gets_no_more_reports(team, users, mailoutbox):
+    from greenops.teams.models import Membership
+
+    Subscription.objects.create(team=team, user=users["member"])
+    Membership.objects.filter(team=team, user=users["member"]).delete()
+    _generate(team, Month(2026, 8))
+    assert mailoutbox == []
 
 
 def test_schedule_waits_for_the_month_to_close_in_the_teams_zone_plus_grace(team, host,

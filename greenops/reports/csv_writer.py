@@ -31,7 +31,7 @@ COLUMNS = (
 )
 # Host-row columns that add up to the total row.
 ADDITIVE = ("gpu_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg",
-            "co2e_market_kg", "cost_usd", "idle_gpu_hours", "idle_cost_usd")
+            "co2e_market_kg", "cost_usd", "gpu_hours", "idle_gpu_hours", "idle_cost_usd")
 
 
 def _cell(value) -> str:

@@ -102,10 +102,6 @@ def current_month(team: Team, now: dt.datetime | None = None) -> Month:
     return Month.of((now or timezone.now()).astimezone(team_zone(team)).date())
 
 
-def is_closed(team: Team, month: Month, now: dt.datetime | None = None) -> bool:
-    return month_window(team, month)[1] <= (now or timezone.now())
-
-
 # --- The figures -----------------------------------------------------------------------------
 
 def _kpis(team: Team, workload, start: dt.datetime, end: dt.datetime) -> dict:
@@ -132,16 +128,14 @@ def _host_site(host: Host):
 
 def _market_factor(site) -> tuple[float, str, int | None] | None:
     """A supplier-specific factor (g CO2e/kWh, source, year) where the site records one."""
-    value = getattr(site, "supplier_intensity_g_per_kwh", None) if site else None
-    if value is None:
+    if site is None or site.supplier_intensity_g_per_kwh is None:
         return None
-    return (float(value), getattr(site, "supplier_intensity_source", "") or "",
-            getattr(site, "supplier_intensity_year", None))
+    return (site.supplier_intensity_g_per_kwh, site.supplier_intensity_source,
+            site.supplier_intensity_year)
 
 
 def _embodied_g_per_gpu_hour(site) -> float | None:
-    value = getattr(site, "embodied_co2e_g_per_gpu_hour", None) if site else None
-    return None if value is None else float(value)
+    return site.embodied_co2e_g_per_gpu_hour if site is not None else None
 
 
 def _host_rows(team: Team, hosts: list[Host], start: dt.datetime, end: dt.datetime) -> list[dict]:
@@ -175,7 +169,7 @@ def _host_rows(team: Team, hosts: list[Host], start: dt.datetime, end: dt.dateti
             "pue": k["pue"], "pue_source": k["pue_source"],
             "intensity_g_per_kwh": k["intensity_g_per_kwh"],
             "intensity_source": k["intensity_source"],
-            "gpu_hours": sum(len(u.hours) for u in usage.values() if u.host_id == host.id),
+            "gpu_hours": k["gpu_hours"],  # GPU-minutes reported / 60, as the KPI engine counts
             "gpu_util_pct": k["gpu_util_pct"],
             "running_hours": cost.running_hours, "billed_hours": cost.billed_hours,
             "cost_usd": cost.cost_usd,

@@ -105,7 +105,9 @@ def _store(report: Report, fig: dict, finished: Callable[[], dt.datetime]) -> bo
         report.figures = fig
         report.closed = bool(fig["closed"])
         report.status, report.progress_pct, report.finished_at = Status.DONE, 100, finished()
-        if latest is not None and not diff:
+        # A provisional revision with the same figures still gets a closed successor: the
+        # month's final report must say it is final.
+        if latest is not None and not diff and (latest.closed or not report.closed):
             report.unchanged_from = latest
             report.stage = f"no change since revision {latest.revision}"
             report.save()
@@ -131,7 +133,9 @@ def deliver(report: Report) -> None:
 
 
 def _email(report: Report) -> None:
-    to = sorted(set(Subscription.objects.filter(team=report.team)
+    # Only people still in the team: someone who left keeps no access through old mail.
+    to = sorted(set(Subscription.objects.filter(team=report.team,
+                                                user__memberships__team=report.team)
                     .exclude(user__email="").values_list("user__email", flat=True)))
     if not to:
         return
