@@ -283,3 +283,9 @@ def test_agent_gates_against_the_servers_history_end_to_end(live_server, live_se
     monkeypatch.setenv("BENCH_FAKES_DRIVER", "555.42.02")
     assert bench(pr_dir, "bbbb2222", "feature", "--baseline-branch", "main") == 3
     assert "hardware changed" in capsys.readouterr().out
+
+
+def test_workload_kpi_page_links_to_its_benchmark_history(client, team_roles, team, ranker):
+    client.force_login(team_roles["viewer"])
+    html = client.get(f"/teams/{team.slug}/kpis/workloads/ranker/").content.decode()
+    assert f'href="/teams/{team.slug}/benchmarks/ranker/"' in html
