@@ -567,10 +567,19 @@ def _main(args: argparse.Namespace) -> int:
     base_dir = Path(args.base_dir).resolve() if args.base_dir else None
     if base_dir is not None and not base_dir.is_dir():
         raise BenchError(f"--base-dir {base_dir}: no such directory")
-    source = open_source(args)
+    gated = bool(base_dir or args.baseline or args.baseline_branch)
+    try:
+        source = open_source(args)
+    except BenchError as exc:
+        if not gated:
+            raise
+        return no_gpu_verdict(str(exc), args)
     try:
         all_gpus = [g.index for g in source.gpus()]
         if not all_gpus:
+            source.close()
+            if gated:
+                return no_gpu_verdict("NVML found no GPUs on this runner", args)
             raise BenchError("NVML found no GPUs; use --simulate N (never gated on)")
         gpus = all_gpus
         if args.gpus:
@@ -620,6 +629,17 @@ def _main(args: argparse.Namespace) -> int:
     if comparison.verdict == gate.INCONCLUSIVE and args.allow_inconclusive:
         return 0
     return comparison.exit_code
+
+
+def no_gpu_verdict(reason: str, args: argparse.Namespace) -> int:
+    """A gate was asked on a runner without usable GPUs: say so as a verdict (and in the
+    report), never as a pass. Nothing is run or posted: there is nothing to measure."""
+    comparison = gate.all_inconclusive(f"no GPU: {reason}", "not read (nothing measured)",
+                                       args.alpha)
+    print(gate.render_text(comparison))
+    if args.report:
+        Path(args.report).write_text(gate.render_markdown(comparison))
+    return 0 if args.allow_inconclusive else comparison.exit_code
 
 
 def summary_text(doc: dict) -> str:

@@ -213,3 +213,25 @@ def test_cpu_and_ram_energy_are_recorded_but_not_gated(tmp_path, fake_gpu):
     assert s["cpu_ram_energy_j"] == pytest.approx(50.0 * s["wall_s"])
     assert s["it_energy_per_inference_j"] == pytest.approx((50.0 + 50.0 * s["wall_s"]) / 100)
     assert s["energy_per_inference_j"] == pytest.approx(0.5)  # the gated figure: GPU only
+
+
+def test_no_gpu_with_a_gate_asked_is_inconclusive_not_an_error(tmp_path, fake_gpu, monkeypatch,
+                                                              capsys):
+    head = write_profile(tmp_path / "head", [1.0])
+    monkeypatch.chdir(head)
+    report = tmp_path / "gate.md"
+    # A module whose nvmlInit fails as on a runner without the driver (error 9, not loaded).
+    monkeypatch.setenv("AGENT_FAKES_INIT_ERROR", "9")
+    monkeypatch.setattr("tests.agent_fakes._module_fake", None)
+    argv = ["bench", "--workload", "ranker", "--nvml-lib", "tests.agent_fakes", "--count", "10",
+            "--no-host-energy", "--baseline", str(tmp_path / "main.json"), "--report",
+            str(report), "--", *FAKE_BENCH]
+    assert cli.main(argv) == 3
+    out = capsys.readouterr().out
+    assert "INCONCLUSIVE" in out and "no GPU: NVIDIA driver not found" in out
+    assert "no GPU: NVIDIA driver not found" in report.read_text()
+    assert not fake_gpu.exists()  # the benchmark never ran
+    # Without a gate asked it is a usage error, as for `run`.
+    assert cli.main([a for a in argv if a not in ("--baseline", str(tmp_path / "main.json"))]) \
+        == 2
+    assert "use --simulate N" in capsys.readouterr().err
