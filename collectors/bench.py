@@ -345,7 +345,9 @@ def gate_run(doc: dict, baseline: Baseline, tolerances: dict[str, float],
                   f"{doc['hardware_key']}): this run starts a new baseline")
         return gate.all_inconclusive(reason, baseline.description, alpha, head)
     base = kpi_values(baseline.samples, "base")
-    return gate.compare(base, head, baseline.description, tolerances, alpha)
+    methods = [s.get("energy_method") for s in [*doc["samples"], *baseline.samples]]
+    return gate.compare(base, head, baseline.description, tolerances, alpha,
+                        gate.estimated_kpis(methods))
 
 
 def baseline_from_file(path: Path) -> Baseline:

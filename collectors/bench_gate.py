@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 PASS = "pass"
@@ -307,13 +307,29 @@ def all_inconclusive(reason: str, baseline: str, alpha: float = DEFAULT_ALPHA,
     return Comparison(INCONCLUSIVE, rows, baseline, reason=reason, alpha=alpha)
 
 
+def estimated_kpis(energy_methods: Iterable[str | None]) -> dict[str, str]:
+    """KPIs whose figures are estimates for these repeats, with the reason: GPU energy
+    integrated from power readings (no usable energy counter) is an estimate, and estimates
+    are reported but never gated."""
+    methods = set(energy_methods)
+    if methods and methods != {"counter"}:
+        return {"energy_per_inference_j": "GPU energy integrated from power readings in some "
+                "repeats (no usable NVML energy counter): an estimate, not gated"}
+    return {}
+
+
 def compare(base: dict[str, Sequence[float | None]], head: dict[str, Sequence[float | None]],
             baseline: str, tolerances: dict[str, float] | None = None,
-            alpha: float = DEFAULT_ALPHA) -> Comparison:
-    """Gate ``head`` against ``base``: per-KPI lists of one value per repeat."""
+            alpha: float = DEFAULT_ALPHA, estimated: dict[str, str] | None = None
+            ) -> Comparison:
+    """Gate ``head`` against ``base``: per-KPI lists of one value per repeat. ``estimated``
+    names KPIs whose values are estimates (see estimated_kpis): shown, inconclusive."""
     tolerances = tolerances or {}
     rows = [compare_kpi(k, base.get(k.key, []), head.get(k.key, []), tolerances.get(k.key),
                         alpha) for k in KPIS]
+    for row in rows:
+        if row.kpi in (estimated or {}) and row.verdict in (PASS, FAIL):
+            row.verdict, row.reason = INCONCLUSIVE, (estimated or {})[row.kpi]
     gated = [r for r in rows if r.verdict != NOT_MEASURED]
     energy = rows[0]
     if energy.verdict == NOT_MEASURED:

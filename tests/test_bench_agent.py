@@ -235,3 +235,20 @@ def test_no_gpu_with_a_gate_asked_is_inconclusive_not_an_error(tmp_path, fake_gp
     assert cli.main([a for a in argv if a not in ("--baseline", str(tmp_path / "main.json"))]) \
         == 2
     assert "use --simulate N" in capsys.readouterr().err
+
+
+def test_a_gpu_without_energy_counter_is_measured_by_power_but_not_gated(tmp_path, fake_gpu):
+    head = write_profile(tmp_path / "head", [50.0], count=100)
+    nvml = CounterFileNvml(fake_gpu)
+    nvml.unsupported = {"nvmlDeviceGetTotalEnergyConsumption"}  # pre-Volta: no counter
+    source = NvmlSource(nvml)
+    settings = bench.Settings(FAKE_BENCH, [0], count=100)
+    samples = [bench.run_once(settings, source, None, head, "head", i) for i in range(4)]
+    assert {s["energy_method"] for s in samples} == {"power"}
+    # The fake draws a constant 250 W: energy = 250 W x the sampled span (about the wall time).
+    assert samples[0]["gpu_energy_j"] == pytest.approx(250.0 * samples[0]["wall_s"], rel=0.3)
+    doc = {"source": "nvml", "hardware_key": "k", "samples": samples}
+    baseline = bench.Baseline("same", [dict(s, role="base") for s in samples], "k")
+    result = bench.gate_run(doc, baseline, {}, 0.05)
+    assert result.rows[0].verdict == gate.INCONCLUSIVE
+    assert "integrated from power readings" in result.rows[0].reason

@@ -150,3 +150,16 @@ def test_comparison_round_trips_through_json():
     again = gate.Comparison.from_dict(c.as_dict())
     assert gate.table_cells(again) == gate.table_cells(c)
     assert again.verdict == c.verdict
+
+
+def test_estimated_energy_is_shown_but_never_gated():
+    assert gate.estimated_kpis(["counter", "counter"]) == {}
+    estimated = gate.estimated_kpis(["counter", "counter+power"])
+    assert list(estimated) == ["energy_per_inference_j"]
+    c = gate.compare({"energy_per_inference_j": [1.00, 1.01, 0.99, 1.02, 0.98]},
+                     {"energy_per_inference_j": [1.20, 1.21, 1.19, 1.22, 1.18]}, "x",
+                     estimated=estimated)
+    row = c.rows[0]
+    assert row.change_pct == pytest.approx(20.0)  # still computed and shown
+    assert row.verdict == gate.INCONCLUSIVE and "power readings" in row.reason
+    assert c.verdict == gate.INCONCLUSIVE

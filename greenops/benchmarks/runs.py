@@ -114,7 +114,8 @@ def _check_interleaved(comparison: gate.Comparison, samples: list[BenchmarkSampl
 
     tolerances = {r.kpi: r.tolerance_pct for r in comparison.rows}
     again = gate.compare(values("base"), values("head"), comparison.baseline, tolerances,
-                         comparison.alpha)
+                         comparison.alpha,
+                         gate.estimated_kpis(s.energy_method or None for s in samples))
     if [(r.kpi, r.verdict) for r in again.rows] != [(r.kpi, r.verdict) for r in
                                                       comparison.rows] \
             or again.verdict != comparison.verdict:
