@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
 
 from greenops.carbon import intensity
-from greenops.carbon.models import HostSite, Site
+from greenops.carbon.models import FactorsPeriod, HostSite, Site
 from greenops.telemetry.models import Host
 from greenops.units import J_PER_KWH, j_to_kwh
 
@@ -104,15 +106,74 @@ def carbon_for_energy(it_energy_j: float, factors: SiteFactors) -> Carbon:
 FactorsFor = Callable[[Host, dt.datetime], SiteFactors]
 
 
+# Hours before a host's first recorded factors use those first factors.
+SINCE_EVER = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+
+
+def _as_factors(p: FactorsPeriod) -> SiteFactors:
+    return SiteFactors(p.pue, p.pue_source, p.intensity_g_per_kwh, p.intensity_source)
+
+
+def ensure_factors(host: Host) -> list[FactorsPeriod]:
+    """The host's recorded factor periods, oldest first; the first lookup records today's
+    factors as in force since ever (nothing older is known)."""
+    periods = list(FactorsPeriod.objects.filter(host=host).order_by("valid_from"))
+    if not periods:
+        f = site_factors(host)
+        periods = [FactorsPeriod.objects.create(
+            host=host, valid_from=SINCE_EVER, pue=f.pue, pue_source=f.pue_source[:300],
+            intensity_g_per_kwh=f.intensity_g_per_kwh,
+            intensity_source=f.intensity_source[:300])]
+    return periods
+
+
+def record_factors(host: Host, at: dt.datetime | None = None) -> None:
+    """After a site edit: if the host's factors changed, the open period ends at `at` and the
+    new factors are in force from then. Past hours keep the factors they had."""
+    at = at or timezone.now()
+    periods = ensure_factors(host)
+    current = periods[-1]
+    f = site_factors(host)
+    if (f.pue, f.intensity_g_per_kwh, f.pue_source[:300], f.intensity_source[:300]) == (
+            current.pue, current.intensity_g_per_kwh, current.pue_source,
+            current.intensity_source):
+        return
+    with transaction.atomic():
+        FactorsPeriod.objects.filter(pk=current.pk).update(valid_to=at)
+        FactorsPeriod.objects.create(
+            host=host, valid_from=at, pue=f.pue, pue_source=f.pue_source[:300],
+            intensity_g_per_kwh=f.intensity_g_per_kwh, intensity_source=f.intensity_source[:300])
+
+
+def restate_factors(host: Host, since: dt.datetime) -> None:
+    """Today's factors in force from `since`: periods that began after it are dropped and the
+    one around it ends there. Only the audited restate_factors command calls this."""
+    f = site_factors(host)
+    with transaction.atomic():
+        FactorsPeriod.objects.filter(host=host, valid_from__gte=since).delete()
+        FactorsPeriod.objects.filter(host=host, valid_from__lt=since).filter(
+            models.Q(valid_to__isnull=True) | models.Q(valid_to__gt=since)).update(valid_to=since)
+        FactorsPeriod.objects.create(
+            host=host, valid_from=since, pue=f.pue, pue_source=f.pue_source[:300],
+            intensity_g_per_kwh=f.intensity_g_per_kwh, intensity_source=f.intensity_source[:300])
+
+
+def factors_at(periods: list[FactorsPeriod], hour: dt.datetime) -> SiteFactors:
+    """The factors in force at the start of `hour`."""
+    for p in reversed(periods):
+        if p.valid_from <= hour:
+            return _as_factors(p)
+    return _as_factors(periods[0])
+
+
 def cached_site_factors() -> FactorsFor:
-    """Site factors looked up once per host: accounting many hours would otherwise repeat the
-    same queries for every hour."""
-    seen: dict[int, SiteFactors] = {}
+    """Site factors in force in each hour, each host's periods read once."""
+    seen: dict[int, list[FactorsPeriod]] = {}
 
     def lookup(host: Host, hour: dt.datetime) -> SiteFactors:
         if host.id not in seen:
-            seen[host.id] = site_factors(host)
-        return seen[host.id]
+            seen[host.id] = ensure_factors(host)
+        return factors_at(seen[host.id], hour)
 
     return lookup
 

@@ -201,3 +201,48 @@ class Emission(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "timestamp"], name="emission_per_run_ts")
         ]
+
+
+class FactorsPeriod(models.Model):
+    """The PUE and grid intensity a host had from `valid_from` until `valid_to` (null: still
+    in force). Recorded when a site or a host's site assignment changes (greenops.carbon.
+    accounting.record_factors), so an hour's carbon uses the factors of its own time."""
+
+    host = models.ForeignKey(Host, models.CASCADE, related_name="+")
+    valid_from = models.DateTimeField()
+    valid_to = models.DateTimeField(null=True, blank=True)
+    pue = models.FloatField()
+    pue_source = models.CharField(max_length=300)
+    intensity_g_per_kwh = models.FloatField()
+    intensity_source = models.CharField(max_length=300)
+
+    class Meta:
+        ordering = ["host", "valid_from"]
+        indexes = [models.Index(fields=["host", "valid_from"], name="factors_period_host")]
+
+
+def _hosts_of(instance) -> list[Host]:
+    if isinstance(instance, HostSite):
+        return [instance.host]
+    if instance.pk is None:
+        return []
+    return list(Host.objects.filter(carbon_site__site_id=instance.pk))
+
+
+def _after_site_change(sender, instance, raw=False, **kwargs) -> None:
+    """A site edit starts new factors from now for hosts whose factors were already used
+    (recorded); past hours keep theirs. Hosts never accounted get theirs at first use."""
+    from greenops.carbon.accounting import record_factors
+
+    if raw:
+        return
+    for host in _hosts_of(instance):
+        if FactorsPeriod.objects.filter(host=host).exists():
+            record_factors(host)
+
+
+for _model in (Site, HostSite):
+    models.signals.post_save.connect(_after_site_change, sender=_model,
+                                     dispatch_uid=f"carbon.factors_after.{_model.__name__}")
+models.signals.post_delete.connect(_after_site_change, sender=HostSite,
+                                   dispatch_uid="carbon.factors_after_delete")
