@@ -124,3 +124,38 @@ def test_energy_per_token_counts_only_requests_that_reported_tokens():
     merged = metrics.merge([t, metrics.Totals(requests=100, gpu_energy_j=500.0)])
     assert merged.token_requests == 100
     assert metrics.derive(merged, 3600)["energy_per_token_j"] == 5.0
+
+
+def test_p99_stays_inside_its_source_bucket():
+    # Triton-style ms buckets, 100 requests: 2 <= 50 ms, 100 <= 100 ms. p99: rank 99 in
+    # (50, 100]: 50 + 50 x 97/98 = 99.49 ms. Re-bucketing onto a fixed layout said 100 ms.
+    x = h([50, 100, 200], [2, 100, 100, 100])
+    assert histogram.quantile_ms(x, 0.99) == pytest.approx(50 + 50 * 97 / 98)
+
+
+def test_merged_percentiles_never_leave_the_bucket_holding_the_rank():
+    import random
+
+    rng = random.Random(8)
+    bounds = [5, 10, 25, 50, 100, 250, 500, 1000]
+    windows = []
+    for _ in range(50):
+        counts = [rng.randrange(0, 20) for _ in range(len(bounds) + 1)]
+        windows.append(histogram.to_json(histogram.from_buckets(bounds, counts,
+                                                                cumulative=False)))
+    m = histogram.merge(windows)
+    cum = m["cumulative"]
+    for q in (0.5, 0.9, 0.95, 0.99):
+        rank = q * cum[-1]
+        i = next((j for j, c in enumerate(cum[:-1]) if c >= rank), None)
+        value = histogram.quantile_ms(m, q)
+        if i is None:
+            assert value == bounds[-1] and histogram.above_bounds(m, q)
+        else:
+            assert (bounds[i - 1] if i else 0) <= value <= bounds[i], q
+            assert not histogram.above_bounds(m, q)
+
+
+def test_a_rank_above_every_bound_is_flagged():
+    x = h([100, 200], [2, 7, 10])
+    assert histogram.above_bounds(x, 0.95) and not histogram.above_bounds(x, 0.5)

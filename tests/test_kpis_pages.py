@@ -219,7 +219,9 @@ def test_workload_page_shows_prometheus_percentiles_timings_and_tokens(client, u
     ttft = next(t for t in k["timings"] if t["name"] == "first_token")
     assert ttft["mean_ms"] == pytest.approx(4480 / 75)
     assert ttft["p50_ms"] == 2_560_000.0 and ttft["n"] == 75
+    assert ttft["p50_above"] and not k["latency_p99_above"]
     assert 'data-timing="first_token"' in html and "Time to first token" in html
+    assert "≥ </span>2560000.0 ms" in html  # said to lie above the highest bound
     # Tokens: 24,000 generated and 31,500 prompt over the same seconds as the 75 requests.
     assert k["tokens"] == 24000 and k["prompt_tokens"] == 31500
     assert k["generation_tokens_per_s"] == pytest.approx(k["throughput_per_s"] * 24000 / 75)

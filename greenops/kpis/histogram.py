@@ -165,6 +165,15 @@ def total(h: Mapping | Histogram | None) -> float:
     return parse(h).total
 
 
+def above_bounds(h: Mapping | Histogram | None, q: float) -> bool:
+    """Whether the q-quantile lies in the +Inf bucket: histogram_quantile then answers the
+    highest finite bound, and the true value is somewhere above it (pages say ">=")."""
+    h = parse(h)
+    if not h.le_ms or not h.total:
+        return False
+    return max(h.cumulative[:-1]) < q * h.total
+
+
 def quantile_ms(h: Mapping | Histogram | None, q: float) -> float | None:
     """Prometheus' histogram_quantile(q) in ms; None where it gives NaN (no observations)."""
     if not 0 <= q <= 1:

@@ -190,6 +190,8 @@ def derive(t: Totals, period_s: float) -> dict:
         "throughput_per_s": _ratio(t.requests, measured_s),
         "latency_p50_ms": histogram.quantile_ms(t.latency_buckets, 0.50),
         "latency_p99_ms": histogram.quantile_ms(t.latency_buckets, 0.99),
+        "latency_p99_above": histogram.above_bounds(t.latency_buckets, 0.99),
+        "latency_p50_above": histogram.above_bounds(t.latency_buckets, 0.50),
         "latency_mean_ms": _ratio(t.latency_sum_ms, t.latency_n),
         "prompt_tokens": t.prompt_tokens,
         # Token rates over the same measured seconds as throughput (vLLM's token counters).

@@ -58,6 +58,9 @@ def summary(t: Mapping | None) -> list[dict]:
             "mean_ms": float(part["sum_ms"]) / n if n else None,
             "p50_ms": histogram.quantile_ms(hist, 0.50),
             "p99_ms": histogram.quantile_ms(hist, 0.99),
+            # Above the highest finite bound: the figure is that bound, the truth is above it.
+            "p50_above": histogram.above_bounds(hist, 0.50),
+            "p99_above": histogram.above_bounds(hist, 0.99),
             "n": n or int(histogram.total(hist)),
         })
     return out
