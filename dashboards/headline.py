@@ -92,14 +92,14 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None) -> dict
     slug = team.slug
     kpis_url = reverse("kpi-overview", args=[slug]) + f"?range={key}"
     costs_url = reverse("costs-recommendations", args=[slug])
-    hosts_url = reverse("host-list", args=[slug])
+    prices_url = reverse("price-overrides", args=[slug])
 
     cost = Card("cost_usd", "Cost", costs_now["priced_cost_usd"], "", 2, costs_url,
                 prefix="$")
     if missing.count:
         cost.label = "Cost of priced hosts"
         cost.note = missing.sentence()
-        cost.fix_href, cost.fix_label = hosts_url, "set prices"
+        cost.fix_href, cost.fix_label = prices_url, "set prices"
     elif not missing_before.count:
         cost.change_pct = metrics.change_pct(costs_now["total_cost_usd"],
                                              costs_before["total_cost_usd"])
@@ -127,7 +127,7 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None) -> dict
     elif per_1k.value is None:
         per_1k.note = ("unknown: " + missing.sentence() if missing.count
                        else "unknown: no price for the serving GPUs")
-        per_1k.fix_href, per_1k.fix_label = hosts_url, "set prices"
+        per_1k.fix_href, per_1k.fix_label = prices_url, "set prices"
     cards = [
         cost,
         Card("energy_kwh", "IT energy", cur.get("energy_kwh"), "kWh", 2, kpis_url,

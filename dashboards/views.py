@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.db import connection
+from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
 from dashboards import figures, headline
+from dashboards.forms import HostEditForm
 from greenops import windows
-from greenops.teams.models import Team
+from greenops.teams import audit
+from greenops.teams.models import AuditEvent, Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry import fleet
 from greenops.telemetry.models import Host
@@ -69,6 +71,24 @@ def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
         "online": host.is_online(),
     }
     return render(request, "dashboards/host.html", ctx)
+
+
+@team_permission("hosts.manage")
+def host_edit(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
+    """Correct what prices a host and where it runs; every change is in the audit log."""
+    host = get_object_or_404(Host, id=host_id, team=team)
+    form = HostEditForm(request.POST or None, instance=host)
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            changes = form.changes()
+            form.save()
+            if changes:
+                audit.record(team, request.user, AuditEvent.Action.HOST_CHANGED, host.name,
+                             host_id=host.id, changes=changes)
+        return redirect("host-detail", team.slug, host.id)
+    return render(request, "dashboards/host_edit.html", {"team": team, "host": host,
+                                                         "form": form},
+                  status=400 if form.is_bound else 200)
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

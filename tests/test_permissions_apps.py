@@ -54,6 +54,20 @@ PAGES = [
     ("benchmark-run", "get", "/teams/{slug}/benchmarks/runs/{run}/", "viewer", 200, None),
     ("benchmark-ack", "post", "/teams/{slug}/benchmarks/runs/{run}/acknowledge/", "member", 302,
      {"kpi": "energy_per_inference_j", "reason": "bigger model, agreed in review"}),
+    ("host-edit-form", "get", "/teams/{slug}/hosts/{host}/edit/", "admin", 200, None),
+    ("host-edit", "post", "/teams/{slug}/hosts/{host}/edit/", "admin", 302,
+     {"provider": "aws", "region": "us-east-1", "instance_type": "p4d.24xlarge",
+      "purchase_option": "spot", "country": "USA", "site": ""}),
+    ("prices", "get", "/teams/{slug}/costs/prices/", "viewer", 200, None),
+    ("price-add", "post", "/teams/{slug}/costs/prices/new", "admin", 302,
+     {"kind": "discount", "discount_pct": "10", "source": "EDP contract",
+      "valid_from": "2026-11-01 00:00"}),
+    ("price-end", "post", "/teams/{slug}/costs/prices/{override}/end", "admin", 302, {}),
+    ("site-new-form", "get", "/teams/{slug}/carbon/sites/new/", "admin", 200, None),
+    ("site-new", "post", "/teams/{slug}/carbon/sites/new/", "admin", 302,
+     {"name": "Frankfurt", "pue": "1.2", "country": "DEU"}),
+    ("site-edit", "post", "/teams/{slug}/carbon/sites/{site}/edit/", "admin", 302,
+     {"name": "Main DC", "pue": "1.3"}),
 ]
 API = [
     ("api-usage", "get", "/api/v1/teams/{slug}/usage", "viewer", 200, None),
@@ -80,8 +94,14 @@ def things(team, host):
                                      started_at=timezone.now())
     token, _ = ApiToken.issue(team, "deploy")
     run, _ = store_run(team, run_doc(regress_pct=20.0))
+    from greenops.carbon.models import Site
+    from greenops.costs.overrides import PriceOverride
+
+    override = PriceOverride.objects.create(team=team, kind="discount", discount_pct=5,
+                                            source="old contract")
+    site = Site.objects.create(team=team, name="Main DC", pue=1.4)
     return {"host": host[0].id, "workload": workload.slug, "job": job.id, "token": token.id,
-            "run": run.id}
+            "run": run.id, "override": override.id, "site": site.id}
 
 
 def _path(template: str, team, things) -> str:

@@ -24,7 +24,8 @@ def test_matrix_says_what_the_issue_says():
     assert allowed_actions("member") - viewer == {"alerts.manage", "reports.manage",
                                                   "runs.upload", "benchmarks.acknowledge"}
     assert allowed_actions("admin") - allowed_actions("member") == {
-        "hosts.manage", "workloads.manage", "channels.manage", "tokens.manage", "audit.view"}
+        "hosts.manage", "workloads.manage", "channels.manage", "tokens.manage", "audit.view",
+        "prices.manage", "sites.manage"}  # issue 9: prices and sites are team setup
     assert allowed_actions("owner") - allowed_actions("admin") == {"members.manage",
                                                                    "team.manage",
                                                                    "hosts.delete_history"}

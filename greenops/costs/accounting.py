@@ -25,7 +25,8 @@ from django.db.models.functions import TruncHour
 
 from greenops import windows
 from greenops.carbon.accounting import FactorsFor, cached_site_factors
-from greenops.costs.catalog import HourlyPrice, PriceProblem, host_price
+from greenops.costs import overrides
+from greenops.costs.catalog import HourlyPrice, PriceProblem, catalog_price, host_price
 from greenops.costs.models import Price, PricePeriod
 from greenops.energy import ItEnergy, floor_hour, hour_aligned, it_energy, overlap
 from greenops.teams.models import Team
@@ -46,13 +47,18 @@ def cached_prices(now: dt.datetime | None = None) -> PriceFor:
     in the asked hour from the offer's recorded periods (a refresh never reprices the past)."""
     current: dict[int, HourlyPrice | PriceProblem] = {}
     periods: dict[int, list[PricePeriod]] = {}
+    team_rows: dict[int, list[overrides.PriceOverride]] = {}
 
     def lookup(host: Host, hour: dt.datetime) -> HourlyPrice | PriceProblem:
         if host.id not in current:
-            found = current[host.id] = host_price(host, now)
+            found = current[host.id] = catalog_price(host, now)
             periods[host.id] = price_periods(found.price) if isinstance(found, HourlyPrice) \
                 and found.price is not None else []
-        return in_force(current[host.id], periods[host.id], hour)
+        if host.team_id not in team_rows:
+            team_rows[host.team_id] = overrides.team_overrides(host.team_id)
+        # The team's own prices in force in that hour (greenops.costs.overrides) come last.
+        return overrides.apply(host, hour, in_force(current[host.id], periods[host.id], hour),
+                               team_rows[host.team_id])
 
     return lookup
 

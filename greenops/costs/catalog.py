@@ -142,7 +142,15 @@ def find_price(provider: str, region: str, instance_type_name: str, option: str,
 
 
 def host_price(host: Host, now: dt.datetime | None = None) -> HourlyPrice | PriceProblem:
-    """The hourly price of a host under its own purchase option, or why there is none."""
+    """The hourly price of a host under its own purchase option, or why there is none: the
+    catalog's, after the team's own price overrides (greenops.costs.overrides)."""
+    from greenops.costs import overrides  # its model imports the catalog's dataclasses lazily
+
+    return overrides.apply(host, now, catalog_price(host, now))
+
+
+def catalog_price(host: Host, now: dt.datetime | None = None) -> HourlyPrice | PriceProblem:
+    """The catalog's (or the host's own cost settings') hourly price, before team overrides."""
     config = HostCostConfig.objects.filter(host=host).first()
     if host.purchase_option == PurchaseOption.ON_PREM or host.provider == "on_prem":
         per_hour = config.hardware_usd_per_hour() if config else None

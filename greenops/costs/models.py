@@ -218,3 +218,8 @@ def _record_price_period(sender, instance: Price, **kwargs) -> None:
 
 models.signals.post_save.connect(_record_price_period, sender=Price,
                                  dispatch_uid="costs.price_period")
+
+
+# A team's own prices live beside their lookup (greenops/costs/overrides.py); imported here so
+# Django registers the model with the costs app.
+from greenops.costs.overrides import PriceOverride  # noqa: E402, F401

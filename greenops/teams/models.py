@@ -231,6 +231,11 @@ class AuditEvent(models.Model):
         TOKEN_REVOKED = "token.revoked", "API token revoked"
         WORKLOAD_CREATED = "workload.created", "Workload registered"
         WORKLOAD_CHANGED = "workload.changed", "Workload changed"
+        HOST_CHANGED = "host.changed", "Host changed"
+        PRICE_OVERRIDE_SET = "price.override_set", "Price override set"
+        PRICE_OVERRIDE_ENDED = "price.override_ended", "Price override ended"
+        SITE_CREATED = "site.created", "Site created"
+        SITE_CHANGED = "site.changed", "Site changed"
 
     # A team's log goes with the team; only the "team deleted" row outlives it, with no team
     # (its name and slug are in target and detail), so a deletion is never unrecorded.

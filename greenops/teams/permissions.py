@@ -43,6 +43,10 @@ MATRIX: dict[str, Rule] = {
                                    "reason"),
     "hosts.manage": Rule(Role.ADMIN, "Add hosts, revoke or rotate host tokens, remove hosts"),
     "workloads.manage": Rule(Role.ADMIN, "Register and change workloads"),
+    # Prices and sites change every cost and carbon figure the team sees: team setup.
+    "prices.manage": Rule(Role.ADMIN, "Set price overrides: custom $/h, negotiated discounts, "
+                          "on-premises costs"),
+    "sites.manage": Rule(Role.ADMIN, "Create and edit sites: PUE, grid intensity, location"),
     "channels.manage": Rule(Role.ADMIN, "Configure notification channels"),
     "tokens.manage": Rule(Role.ADMIN, "Create and revoke API tokens"),
     "audit.view": Rule(Role.ADMIN, "Read the audit log"),
