@@ -298,7 +298,7 @@ def parse_month(value: str, tz_name: str = "UTC", field: str = "month") -> Windo
     try:
         year_s, month_s = (value or "").split("-")
         year, month = int(year_s), int(month_s)
-        if len(year_s) != 4 or not 1 <= month <= 12:
+        if len(year_s) != 4 or not 1 <= year <= 9998 or not 1 <= month <= 12:
             raise ValueError
     except ValueError:
         raise invalid(field, "must be a month as YYYY-MM, e.g. 2026-11") from None

@@ -87,7 +87,8 @@ def test_calendar_month_in_the_team_time_zone():
     assert windows.month_containing(t, "UTC").key == "month-2026-11"
 
 
-@pytest.mark.parametrize("value", ["2026-13", "2026", "26-11", "November", ""])
+@pytest.mark.parametrize("value", ["2026-13", "2026", "26-11", "November", "", "0000-01",
+                                   "9999-12"])
 def test_bad_month_names_the_field(value):
     with pytest.raises(FieldError) as err:
         windows.parse_month(value)
