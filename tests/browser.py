@@ -15,10 +15,11 @@ ARGS = [
 
 
 @pytest.fixture
-def page():
+def page(monkeypatch):
     # Playwright's sync API runs an event loop in this thread; the Django ORM calls made by the
-    # test itself between page actions are still synchronous and safe.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    # test itself between page actions are still synchronous and safe. Only for this test:
+    # left set, it leaked into later tests' subprocesses (check --deploy reported async.E001).
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
