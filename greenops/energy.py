@@ -18,12 +18,9 @@ from django.db.models import Count
 from greenops.carbon.models import HostEnergyHour
 from greenops.telemetry.models import Gpu, GpuHour, GpuMinute, Host
 from greenops.units import J_PER_KWH
+from greenops.windows import floor_hour  # re-exported: costs.accounting imports it here
 
 HOUR = dt.timedelta(hours=1)
-
-
-def floor_hour(t: dt.datetime) -> dt.datetime:
-    return t.replace(minute=0, second=0, microsecond=0)
 
 
 def overlap(bucket: dt.datetime, start: dt.datetime, end: dt.datetime) -> float:
