@@ -50,6 +50,8 @@ PAGES = [
     ("remove-member", "post", "/teams/{slug}/members/{viewer_m}/remove", "owner", 302, {}),
     ("withdraw-invitation", "post", "/teams/{slug}/members/invitations/{inv}/withdraw", "owner",
      302, {}),
+    ("resend-invitation", "post", "/teams/{slug}/members/invitations/{inv}/resend", "owner",
+     302, {}),
     ("team-settings", "get", "/teams/{slug}/settings/", "owner", 200, None),
     ("rename-team", "post", "/teams/{slug}/settings/", "owner", 302, {"name": "Vision 2"}),
     ("team-time-zone", "post", "/teams/{slug}/settings/time-zone", "owner", 302,

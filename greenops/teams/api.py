@@ -7,7 +7,7 @@ from ninja import Router, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.errors import FieldError, invalid
+from greenops.errors import invalid
 from greenops.site import site_url
 from greenops.teams import invitations
 from greenops.teams.models import Role
@@ -49,13 +49,12 @@ def create_invitation(request: HttpRequest, slug: str, body: InviteIn):
         raise invalid("email", "must be an email address")
     if body.role not in Role.values:
         raise invalid("role", f"must be one of {', '.join(Role.values)}")
-    try:
-        inv, _link = invitations.invite(team, request.user, body.email, body.role,
-                                        site_url=site_url(request))
-    except invitations.InvitationMailError as exc:
-        raise FieldError(502, "mail_failed", "email", str(exc)) from None
-    return Status(201, {"email": inv.email, "role": inv.role,
-                        "expires_at": inv.expires_at.isoformat()})
+    inv, _link = invitations.invite(team, request.user, body.email, body.role,
+                                    site_url=site_url(request))
+    inv.refresh_from_db(fields=["mail_status", "mail_error"])  # in-process tasks ran already
+    return Status(201, {"id": inv.id, "email": inv.email, "role": inv.role,
+                        "expires_at": inv.expires_at.isoformat(), "mail": inv.mail_status,
+                        "mail_error": inv.mail_error or None})
 
 
 @router.get("/teams/{slug}/audit", auth=django_auth,

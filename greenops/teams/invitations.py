@@ -12,6 +12,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
@@ -31,11 +32,8 @@ class InvitationError(ValueError):
         self.code = code
 
 
-class InvitationMailError(RuntimeError):
-    """The invitation email could not be sent; no invitation was kept."""
-
-
 CONSOLE_BACKEND = "django.core.mail.backends.console.EmailBackend"
+MAX_MAIL_ATTEMPTS = 4  # the first send and three retries, 30 s, 60 s, 120 s apart
 
 
 def mail_goes_nowhere() -> bool:
@@ -43,39 +41,95 @@ def mail_goes_nowhere() -> bool:
     return settings.EMAIL_BACKEND == CONSOLE_BACKEND
 
 
-def invite(team: Team, actor, email: str, role: str, *, site_url: str | None = None,
-           now=None) -> tuple[Invitation, str]:
-    """Create an invitation and email its link. Returns the row and the link.
+def _link(base_url: str, token: str) -> str:
+    return base_url + reverse("invitation-accept", args=[token])
 
-    The row, the mail and the audit entry succeed or fail together: an invitation nobody was
-    told about would sit in the pending list looking sent. Raises InvitationMailError when the
-    mail server refuses or cannot be reached.
+
+def invite(team: Team, actor, email: str, role: str, *, site_url: str | None = None,
+           now=None) -> tuple[Invitation, str | None]:
+    """Create an invitation; its mail is sent by a task once this transaction commits.
+
+    Returns the row and, only when mail goes nowhere (console backend), the link for the
+    inviter to pass on; otherwise None: the link exists only in the mail. A slow or dead mail
+    server no longer holds the request: the members page shows the delivery state and a
+    failure, with a resend.
     """
     if role not in Role.values:
         raise ValueError(f"unknown role {role!r}")
     now = now or timezone.now()
-    token = new_token(INVITATION_PREFIX)
-    inviter = actor.get_username() if actor is not None else "GreenOps"
+    base_url = site_url or default_site_url()
+    nowhere = mail_goes_nowhere()
     with transaction.atomic():
-        inv = Invitation.objects.create(team=team, email=email.strip().lower(), role=role,
-                                        token_hash=hash_token(token), created_by=actor,
-                                        expires_at=now + INVITATION_TTL)
-        link = (site_url or default_site_url()) + reverse("invitation-accept", args=[token])
+        inv = Invitation.objects.create(
+            team=team, email=email.strip().lower(), role=role, created_by=actor,
+            expires_at=now + INVITATION_TTL,
+            mail_status=Invitation.Mail.SHOWN if nowhere else Invitation.Mail.QUEUED)
         audit.record(team, actor, AuditEvent.Action.MEMBER_INVITED, inv.email, role=role)
-        try:
-            send_mail(
-                subject=f"{inviter} invited you to {team.name} on GreenOps",
-                message=(f"{inviter} invited you to join the team {team.name} on GreenOps as "
-                         f"{role}.\n\nOpen this link to accept (it works once, until "
-                         f"{inv.expires_at:%Y-%m-%d %H:%M} UTC):\n{link}\n"),
-                from_email=settings.DEFAULT_FROM_EMAIL,
-                recipient_list=[inv.email],
-            )
-        except OSError as exc:  # smtplib.SMTPException, refused connections, TLS errors
-            raise InvitationMailError(
-                f"The invitation to {inv.email} could not be sent, so none was created: "
-                f"{exc}. Check the EMAIL_* settings and try again.") from exc
-    return inv, link
+        if nowhere:
+            token = new_token(INVITATION_PREFIX)
+            Invitation.objects.filter(id=inv.id).update(token_hash=hash_token(token))
+            _send(inv, _link(base_url, token))  # prints to the server's console
+            return inv, _link(base_url, token)
+        _queue_mail(inv.id, base_url)
+    return inv, None
+
+
+def _send(inv: Invitation, link: str) -> None:
+    inviter = inv.created_by.get_username() if inv.created_by else "GreenOps"
+    send_mail(
+        subject=f"{inviter} invited you to {inv.team.name} on GreenOps",
+        message=(f"{inviter} invited you to join the team {inv.team.name} on GreenOps as "
+                 f"{inv.role}.\n\nOpen this link to accept (it works once, until "
+                 f"{inv.expires_at:%Y-%m-%d %H:%M} UTC):\n{link}\n"),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=[inv.email],
+    )
+
+
+def resend(inv: Invitation, actor, *, site_url: str | None = None) -> bool:
+    """Send a pending invitation's mail again, with a new link (the old one stops working)."""
+    if mail_goes_nowhere():
+        return False
+    with transaction.atomic():
+        done = Invitation.objects.pending().filter(id=inv.id).exclude(
+            mail_status=Invitation.Mail.SENDING).update(
+            mail_status=Invitation.Mail.QUEUED, mail_error="", mail_attempts=0)
+        if done:
+            audit.record(inv.team, actor, AuditEvent.Action.MEMBER_INVITED, inv.email,
+                         role=inv.role, resent=True)
+            _queue_mail(inv.id, site_url or default_site_url())
+    return bool(done)
+
+
+def _queue_mail(invitation_id: int, base_url: str) -> None:
+    from greenops.teams.tasks import send_invitation
+
+    transaction.on_commit(lambda: send_invitation.delay(invitation_id, base_url))
+
+
+def deliver(invitation_id: int, base_url: str, now=None) -> str:
+    """Send one invitation's mail: 'sent', 'failed' (worth a retry), or 'skipped' (already
+    sent, being sent, used, withdrawn or expired). The row is claimed with one conditional
+    update, so a redelivered message cannot mail twice. The token is made here and only its
+    hash kept: the link exists in the mail alone."""
+    now = now or timezone.now()
+    claimed = Invitation.objects.pending(now).filter(
+        id=invitation_id, mail_status__in=(Invitation.Mail.QUEUED, Invitation.Mail.FAILED),
+    ).update(mail_status=Invitation.Mail.SENDING, mail_attempts=F("mail_attempts") + 1)
+    if claimed != 1:
+        return "skipped"
+    inv = Invitation.objects.select_related("team", "created_by").get(id=invitation_id)
+    token = new_token(INVITATION_PREFIX)
+    Invitation.objects.filter(id=inv.id).update(token_hash=hash_token(token))
+    try:
+        _send(inv, _link(base_url, token))
+    except OSError as exc:  # smtplib.SMTPException, refused connections, TLS errors
+        Invitation.objects.filter(id=inv.id).update(
+            mail_status=Invitation.Mail.FAILED, mail_error=f"{exc}"[:500] or type(exc).__name__)
+        return "failed"
+    Invitation.objects.filter(id=inv.id).update(
+        mail_status=Invitation.Mail.SENT, mail_error="", mailed_at=timezone.now())
+    return "sent"
 
 
 def lookup(token: str) -> Invitation:

@@ -181,13 +181,26 @@ class InvitationQuerySet(models.QuerySet):
 class Invitation(models.Model):
     """An expiring, single-use link that makes whoever opens it (logged in) a team member.
 
-    Only the link token's hash is stored: the email is the one place the token exists.
+    Only the link token's hash is stored: the email is the one place the token exists. The
+    token is made by the task that sends the mail (or, when mail goes nowhere, by the request
+    that shows the link to the inviter), so it never travels through the broker.
     """
+
+    class Mail(models.TextChoices):
+        QUEUED = "queued", "queued"
+        SENDING = "sending", "sending"
+        SENT = "sent", "sent"
+        FAILED = "failed", "failed"
+        SHOWN = "shown", "link shown to the inviter (no mail server)"
 
     team = models.ForeignKey(Team, models.CASCADE, related_name="invitations")
     email = models.EmailField()
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
-    token_hash = models.CharField(max_length=64, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
+    mail_status = models.CharField(max_length=10, choices=Mail.choices, default=Mail.QUEUED)
+    mail_error = models.TextField(blank=True, default="")
+    mail_attempts = models.PositiveIntegerField(default=0)
+    mailed_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
     )

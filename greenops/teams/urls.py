@@ -11,6 +11,8 @@ urlpatterns = [
     path("members/<int:membership_id>/remove", views.remove_member, name="member-remove"),
     path("members/invitations/<int:invitation_id>/withdraw", views.withdraw_invitation,
          name="invitation-withdraw"),
+    path("members/invitations/<int:invitation_id>/resend", views.resend_invitation,
+         name="invitation-resend"),
     path("settings/", views.team_settings, name="team-settings"),
     path("settings/time-zone", views.team_time_zone, name="team-time-zone"),
     path("settings/delete", views.team_delete, name="team-delete"),

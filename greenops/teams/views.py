@@ -38,17 +38,15 @@ def members(request: HttpRequest, team: Team) -> HttpResponse:
 
             raise PermissionDenied("members.manage needs the owner role")
         if form.is_valid():
-            try:
-                inv, link = invitations.invite(team, request.user, form.cleaned_data["email"],
-                                               form.cleaned_data["role"],
-                                               site_url=site_url(request))
-            except invitations.InvitationMailError as exc:
-                return _members_page(request, team, form, invite_error=str(exc), status=502)
-            if invitations.mail_goes_nowhere():
+            inv, link = invitations.invite(team, request.user, form.cleaned_data["email"],
+                                           form.cleaned_data["role"],
+                                           site_url=site_url(request))
+            if link is not None:
                 # Kept server-side and popped by the next page view: shown once, to the inviter.
                 request.session[INVITE_LINK_KEY] = {"email": inv.email, "link": link}
             else:
-                messages.success(request, f"Invitation sent to {inv.email}.")
+                messages.success(request, f"Invitation to {inv.email} created; its mail is on "
+                                          "its way (delivery is shown below).")
             return redirect("team-members", team.slug)
     return _members_page(request, team, form)
 
@@ -56,17 +54,15 @@ def members(request: HttpRequest, team: Team) -> HttpResponse:
 INVITE_LINK_KEY = "greenops_invite_link"
 
 
-def _members_page(request: HttpRequest, team: Team, form: InviteForm, *,
-                  invite_error: str | None = None, status: int = 200) -> HttpResponse:
+def _members_page(request: HttpRequest, team: Team, form: InviteForm) -> HttpResponse:
     can_manage = "members.manage" in request.team_actions
     ctx = {
         "team": team, "form": form, "can_manage": can_manage, "roles": ROLE_ORDER,
         "memberships": team.memberships.select_related("user").order_by("user__username"),
         "pending": team.invitations.pending() if can_manage else [],
-        "invite_error": invite_error,
         "invite_link": request.session.pop(INVITE_LINK_KEY, None) if can_manage else None,
     }
-    return render(request, "teams/members.html", ctx, status=status)
+    return render(request, "teams/members.html", ctx)
 
 
 @require_POST
@@ -92,6 +88,16 @@ def remove_member(request: HttpRequest, team: Team, membership_id: int) -> HttpR
         messages.error(request, str(exc))
     if not team.memberships.filter(user=request.user).exists():
         return redirect("home")
+    return redirect("team-members", team.slug)
+
+
+@require_POST
+@team_permission("members.manage")
+def resend_invitation(request: HttpRequest, team: Team, invitation_id: int) -> HttpResponse:
+    inv = get_object_or_404(Invitation, id=invitation_id, team=team)
+    if invitations.resend(inv, request.user, site_url=site_url(request)):
+        messages.success(request, f"Invitation to {inv.email} sent again with a new link; the "
+                                   "earlier link no longer works.")
     return redirect("team-members", team.slug)
 
 
