@@ -13,8 +13,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    # Browser tests set DJANGO_ALLOW_ASYNC_UNSAFE for the session; check --deploy would warn.
     base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SECURE_", "GREENOPS_", "DATABASE_URL", "DEBUG"))}
+            if not k.startswith(("SECURE_", "GREENOPS_", "DATABASE_URL", "DEBUG", "DJANGO_"))}
     base.update({"GREENOPS_DATA_DIR": str(tmp_path), "SECRET_KEY": secrets.token_urlsafe(50),
                  "ALLOWED_HOSTS": "greenops.example.com", **env})
     return subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level",

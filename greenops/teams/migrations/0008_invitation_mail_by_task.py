@@ -11,7 +11,7 @@ def existing_were_mailed(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('teams', '0006_team_time_zone'),
+        ('teams', '0007_audit_hosts_prices_sites'),
     ]
 
     operations = [
