@@ -65,3 +65,4 @@ def test_history_run_page_and_acknowledging_a_regression(live_server, page, user
     page.goto(f"{live_server.url}/teams/{team.slug}/benchmarks/ranker/")
     page.locator("#chart-fig-energy_per_inference_j .main-svg").first.wait_for()
     assert page.locator("#runs").get_by_text("acknowledged").count() == 1
+    _shot(page, "history-acknowledged")
