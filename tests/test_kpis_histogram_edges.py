@@ -20,7 +20,8 @@ def test_cumulative_input_is_taken_as_is():
 
 
 def test_wrong_number_of_counts_is_named():
-    with pytest.raises(ValueError, match=r"one element per bound plus the \+Inf bucket"):
+    with pytest.raises(ValueError,
+                       match=r"^counts must have one element per bound plus the \+Inf bucket$"):
         from_buckets([1.0, 2.0], [1, 2], cumulative=False)
 
 
@@ -40,7 +41,7 @@ def test_json_counts_are_integers_up_to_2_to_the_53():
 def test_q_is_checked_and_its_ends_are_allowed():
     h = from_buckets([10.0, 20.0], [4, 4, 0], cumulative=False)
     for bad in (-0.1, 1.5):
-        with pytest.raises(ValueError, match=r"q must be in \[0, 1\]"):
+        with pytest.raises(ValueError, match=r"^q must be in \[0, 1\]$"):
             quantile_ms(h, bad)
     # q = 0: rank 0 in the lowest bucket (0, 10]: 0 + 10 x 0/4 = 0 ms.
     assert quantile_ms(h, 0.0) == 0.0
@@ -96,3 +97,21 @@ def test_bounds_that_differ_by_float_noise_merge_as_one_layout():
     a = from_buckets([300.0], [1, 0], cumulative=False)
     b = from_buckets([0.3 * 1000], [2, 0], cumulative=False)
     assert histogram.merge([a, b]) == {"le_ms": [300.0], "cumulative": [3, 3]}
+
+
+def test_bounds_within_a_billionth_are_one_bound_and_further_apart_are_two():
+    # 1000 ms and 1000.0000001 ms differ by 1e-10 of their size: one bound. 1000.01 is not.
+    a = from_buckets([1000.0], [1, 0], cumulative=False)
+    near = from_buckets([1000.0000001], [2, 0], cumulative=False)
+    far = from_buckets([1000.01], [2, 0], cumulative=False)
+    assert histogram.merge([a, near])["le_ms"] == [1000.0]
+    assert histogram.merge([a, far])["le_ms"] == [1000.0, 1000.01]
+
+
+def test_above_bounds_says_when_the_quantile_is_past_the_last_finite_bound():
+    h = from_buckets([10.0], [2, 2], cumulative=False)  # 2 at <= 10 ms, 2 above
+    # p50: rank 2 is reached at the 10 ms bound itself -- not above it. p75: rank 3 is above.
+    assert histogram.above_bounds(h, 0.5) is False
+    assert histogram.above_bounds(h, 0.75) is True
+    assert histogram.above_bounds({}, 0.5) is False
+    assert histogram.above_bounds(Histogram((), (5.0,)), 0.5) is False
