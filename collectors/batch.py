@@ -27,6 +27,12 @@ FIELDS = (
     "energy_method",
     "temp_c",
     "sm_clock_mhz",
+    "mem_util_pct",
+    "mem_clock_mhz",
+    "pcie_tx_kib_s",
+    "pcie_rx_kib_s",
+    "throttle_reasons",
+    "power_limit_w",
 )
 
 
@@ -47,6 +53,12 @@ class SampleBuffer:
         self.energy_method: list[str | None] = []
         self.temp_c: list[float | None] = []
         self.sm_clock_mhz: list[float | None] = []
+        self.mem_util_pct: list[float | None] = []
+        self.mem_clock_mhz: list[float | None] = []
+        self.pcie_tx_kib_s: list[float | None] = []
+        self.pcie_rx_kib_s: list[float | None] = []
+        self.throttle_reasons: list[int | None] = []
+        self.power_limit_w: list[float | None] = []
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -69,6 +81,12 @@ class SampleBuffer:
         self.energy_method.append(energy_method)
         self.temp_c.append(r.temp_c)
         self.sm_clock_mhz.append(r.sm_clock_mhz)
+        self.mem_util_pct.append(r.mem_util_pct)
+        self.mem_clock_mhz.append(r.mem_clock_mhz)
+        self.pcie_tx_kib_s.append(r.pcie_tx_kib_s)
+        self.pcie_rx_kib_s.append(r.pcie_rx_kib_s)
+        self.throttle_reasons.append(r.throttle_reasons)
+        self.power_limit_w.append(r.power_limit_w)
 
     def columns(self) -> dict[str, list[Any]]:
         return {name: getattr(self, name) for name in FIELDS}

@@ -39,6 +39,19 @@ class Reading(NamedTuple):
     energy_mj: int | None  # NVML total-energy counter: mJ since the driver was loaded
     temp_c: float | None
     sm_clock_mhz: float | None
+    # Bottleneck metrics (issue 14). Defaults keep older sources (simulated, fakes) valid.
+    mem_util_pct: float | None = None  # % of time device memory was read or written
+    mem_clock_mhz: float | None = None
+    pcie_tx_kib_s: float | None = None  # NVML reports PCIe throughput in KB/s (1024 bytes)
+    pcie_rx_kib_s: float | None = None
+    throttle_reasons: int | None = None  # nvmlClocksThrottleReason* bitmask
+    power_limit_w: float | None = None  # the enforced limit: a cap set at run time shows here
+
+
+# nvmlClocksThrottleReason* bits (nvml.h). Power: SW power cap + HW power brake; thermal: SW
+# and HW thermal slowdown. The server reads these bits the same way (telemetry/store.py).
+THROTTLE_POWER_MASK = 0x4 | 0x80
+THROTTLE_THERMAL_MASK = 0x20 | 0x40
 
 
 class GpuSource(Protocol):
@@ -105,6 +118,13 @@ class NvmlSource:
         self._closed = False
         self._temp_sensor = getattr(self._lib, "NVML_TEMPERATURE_GPU", 0)
         self._sm_clock = getattr(self._lib, "NVML_CLOCK_SM", 1)
+        self._mem_clock = getattr(self._lib, "NVML_CLOCK_MEM", 2)
+        self._pcie_tx = getattr(self._lib, "NVML_PCIE_UTIL_TX_BYTES", 0)
+        self._pcie_rx = getattr(self._lib, "NVML_PCIE_UTIL_RX_BYTES", 1)
+        # Renamed "clocks event reasons" in NVML 12.x; older pynvml has only the first name.
+        self._throttle_fn = getattr(self._lib, "nvmlDeviceGetCurrentClocksThrottleReasons",
+                                    None) or getattr(
+            self._lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
         # Per GPU, the metrics NVML said are unsupported: never asked again, because a
         # failing NVML call can cost milliseconds and the answer will not change.
         self._unsupported: dict[int, set[str]] = {}
@@ -187,6 +207,16 @@ class NvmlSource:
         )
         temp = call(index, "temp_c", lib.nvmlDeviceGetTemperature, handle, self._temp_sensor)
         clock = call(index, "sm_clock_mhz", lib.nvmlDeviceGetClockInfo, handle, self._sm_clock)
+        # Each bottleneck metric is its own call with its own "unsupported" memory: a board
+        # without PCIe counters still reports its throttle reasons.
+        mem_clock = call(index, "mem_clock_mhz", lib.nvmlDeviceGetClockInfo, handle,
+                         self._mem_clock)
+        get_pcie = getattr(lib, "nvmlDeviceGetPcieThroughput", None)
+        tx = call(index, "pcie_tx_kib_s", get_pcie, handle, self._pcie_tx)
+        rx = call(index, "pcie_rx_kib_s", get_pcie, handle, self._pcie_rx)
+        throttle = call(index, "throttle_reasons", self._throttle_fn, handle)
+        limit_mw = call(index, "power_limit_w",
+                        getattr(lib, "nvmlDeviceGetEnforcedPowerLimit", None), handle)
         return Reading(
             float(util.gpu) if util is not None else None,
             mem.used / MIB if mem is not None else None,
@@ -194,6 +224,13 @@ class NvmlSource:
             int(energy_mj) if energy_mj is not None else None,
             float(temp) if temp is not None else None,
             float(clock) if clock is not None else None,
+            # The memory figure comes with the same utilization call as util_pct.
+            float(util.memory) if util is not None and hasattr(util, "memory") else None,
+            float(mem_clock) if mem_clock is not None else None,
+            float(tx) if tx is not None else None,
+            float(rx) if rx is not None else None,
+            int(throttle) if throttle is not None else None,
+            limit_mw / 1000.0 if limit_mw is not None else None,
         )
 
     def close(self) -> None:

@@ -125,6 +125,7 @@ INSTALLED_APPS = [
     "greenops.alerts",
     "greenops.reports",
     "greenops.benchmarks",
+    "greenops.advisor",
     "greenops.demo",
     "dashboards",
 ]

@@ -21,6 +21,7 @@ urlpatterns = [
     path("teams/<slug:slug>/", include("greenops.alerts.urls")),
     path("teams/<slug:slug>/", include("greenops.reports.urls")),
     path("teams/<slug:slug>/", include("greenops.benchmarks.urls")),
+    path("teams/<slug:slug>/", include("greenops.advisor.urls")),
     path("teams/<slug:slug>/", include("greenops.teams.urls")),
     path("", include("greenops.teams.urls_site")),
     path("", include("dashboards.urls")),

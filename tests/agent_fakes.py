@@ -24,6 +24,9 @@ NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
 
 _MESSAGES = {
     NVML_ERROR_NOT_SUPPORTED: "Not Supported",
@@ -53,6 +56,9 @@ class FakeNvml:
     NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     NVML_CLOCK_SM = NVML_CLOCK_SM
+    NVML_CLOCK_MEM = NVML_CLOCK_MEM
+    NVML_PCIE_UTIL_TX_BYTES = NVML_PCIE_UTIL_TX_BYTES
+    NVML_PCIE_UTIL_RX_BYTES = NVML_PCIE_UTIL_RX_BYTES
 
     def __init__(
         self,
@@ -62,6 +68,7 @@ class FakeNvml:
         init_error: int | None = None,
         power_mw: int = 250_000,
         energy_step_mj: int = 1000,
+        profile: dict[str, Any] | None = None,
     ) -> None:
         self.n = n
         self.unsupported = unsupported or set()  # function names that raise NOT_SUPPORTED
@@ -69,6 +76,10 @@ class FakeNvml:
         self.init_error = init_error
         self.power_mw = power_mw
         self.energy_step_mj = energy_step_mj
+        # A bottleneck profile: what the utilization, clock, PCIe and throttle calls answer.
+        self.profile = {"gpu": 87, "memory": 40, "mem_clock": 1215, "pcie_tx_kb": 2048,
+                        "pcie_rx_kb": 8192, "throttle": 0x0, "enforced_mw": 400_000,
+                        **(profile or {})}
         self.energy_mj = [10_000_000 * (i + 1) for i in range(n)]
         self.calls: dict[str, int] = {}
         self.initialised = False
@@ -119,7 +130,7 @@ class FakeNvml:
 
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
         self._hit("nvmlDeviceGetUtilizationRates")
-        return SimpleNamespace(gpu=87, memory=40)
+        return SimpleNamespace(gpu=self.profile["gpu"], memory=self.profile["memory"])
 
     def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
         self._hit("nvmlDeviceGetPowerUsage")
@@ -137,8 +148,20 @@ class FakeNvml:
 
     def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:
         self._hit("nvmlDeviceGetClockInfo")
-        assert clock == NVML_CLOCK_SM
-        return 1410
+        assert clock in (NVML_CLOCK_SM, NVML_CLOCK_MEM)
+        return 1410 if clock == NVML_CLOCK_SM else self.profile["mem_clock"]
+
+    def nvmlDeviceGetPcieThroughput(self, handle: int, counter: int) -> int:
+        self._hit("nvmlDeviceGetPcieThroughput")
+        return self.profile["pcie_tx_kb" if counter == NVML_PCIE_UTIL_TX_BYTES else "pcie_rx_kb"]
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: int) -> int:
+        self._hit("nvmlDeviceGetCurrentClocksThrottleReasons")
+        return self.profile["throttle"]
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
+        self._hit("nvmlDeviceGetEnforcedPowerLimit")
+        return self.profile["enforced_mw"]
 
 
 _module_fake: FakeNvml | None = None

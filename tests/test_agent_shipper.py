@@ -158,6 +158,12 @@ def test_wire_headers_and_gzip_body(spool, server):
         "energy_method",
         "temp_c",
         "sm_clock_mhz",
+        "mem_util_pct",
+        "mem_clock_mhz",
+        "pcie_tx_kib_s",
+        "pcie_rx_kib_s",
+        "throttle_reasons",
+        "power_limit_w",
     ]
     assert {len(col) for col in doc["samples"].values()} == {4}
     assert doc["samples"]["energy_method"] == ["counter"] * 4

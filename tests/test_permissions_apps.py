@@ -50,6 +50,8 @@ PAGES = [
     ("carbon-upload", "post", "/teams/{slug}/carbon/runs/upload", "member", 302, _csv_upload),
     ("carbon-sites", "get", "/teams/{slug}/carbon/sites/", "viewer", 200, None),
     ("benchmarks", "get", "/teams/{slug}/benchmarks/", "viewer", 200, None),
+    ("advisor-workload", "get", "/teams/{slug}/advisor/workloads/{workload}/", "viewer", 200,
+     None),
     ("benchmark-history", "get", "/teams/{slug}/benchmarks/{workload}/", "viewer", 200, None),
     ("benchmark-run", "get", "/teams/{slug}/benchmarks/runs/{run}/", "viewer", 200, None),
     ("benchmark-ack", "post", "/teams/{slug}/benchmarks/runs/{run}/acknowledge/", "member", 302,
@@ -227,6 +229,7 @@ def test_machine_endpoints_want_a_token_not_a_session(client, team_roles, method
 
 def _team_url_modules():
     from dashboards import urls as dashboards_urls
+    from greenops.advisor import urls as advisor_urls
     from greenops.benchmarks import urls as benchmarks_urls
     from greenops.carbon import urls as carbon_urls
     from greenops.costs import urls as costs_urls
@@ -235,7 +238,7 @@ def _team_url_modules():
 
     # The apps' url modules are mounted under teams/<slug>/; dashboards' team pages carry it.
     for module in (workloads_urls, kpis_urls, costs_urls, carbon_urls, benchmarks_urls,
-                   dashboards_urls):
+                   advisor_urls, dashboards_urls):
         for pattern in _patterns(module.urlpatterns):
             route = str(pattern.pattern)
             if module is dashboards_urls and "<slug:slug>" not in route:

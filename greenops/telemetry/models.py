@@ -140,6 +140,13 @@ class GpuSample(models.Model):
     temp_c = models.FloatField(null=True)
     sm_clock_mhz = models.FloatField(null=True)
     simulated = models.BooleanField(default=False)
+    # Bottleneck metrics (issue 14); null = the GPU or agent did not report it.
+    mem_util_pct = models.FloatField(null=True)
+    mem_clock_mhz = models.FloatField(null=True)
+    pcie_tx_kib_s = models.FloatField(null=True)
+    pcie_rx_kib_s = models.FloatField(null=True)
+    throttle_reasons = models.BigIntegerField(null=True)  # nvmlClocksThrottleReason* bits
+    power_limit_w = models.FloatField(null=True)  # enforced limit at the time of the sample
 
 
 class RollupFields(models.Model):
@@ -161,6 +168,16 @@ class RollupFields(models.Model):
     temp_max_c = models.FloatField(null=True)
     energy_j = models.FloatField(default=0)
     simulated_samples = models.IntegerField(default=0)
+    # Bottleneck aggregates (issue 14). A count of 0 means "not reported", never "zero".
+    mem_util_sum = models.FloatField(default=0)
+    mem_util_n = models.IntegerField(default=0)
+    pcie_tx_sum_kib_s = models.FloatField(default=0)
+    pcie_rx_sum_kib_s = models.FloatField(default=0)
+    pcie_n = models.IntegerField(default=0)  # samples with both directions reported
+    throttle_n = models.IntegerField(default=0)  # samples with throttle reasons reported
+    power_capped_samples = models.IntegerField(default=0)  # SW power cap or HW power brake
+    thermal_samples = models.IntegerField(default=0)  # SW or HW thermal slowdown
+    power_limit_min_w = models.FloatField(null=True)
 
     class Meta:
         abstract = True

@@ -34,7 +34,27 @@ SAMPLE_COLUMNS: list[tuple[str, str]] = [
     ("temp_c", ">f8"),
     ("sm_clock_mhz", ">f8"),
     ("simulated", "?"),
+    ("mem_util_pct", ">f8"),
+    ("mem_clock_mhz", ">f8"),
+    ("pcie_tx_kib_s", ">f8"),
+    ("pcie_rx_kib_s", ">f8"),
+    ("throttle_reasons", ">i8"),
+    ("power_limit_w", ">f8"),
 ]
+# nvmlClocksThrottleReason* bits, as the agent defines them (collectors/sources.py).
+THROTTLE_POWER_MASK = 0x4 | 0x80
+THROTTLE_THERMAL_MASK = 0x20 | 0x40
+_ROLLUP_NEW_COLUMNS = ("mem_util_sum, mem_util_n, pcie_tx_sum_kib_s, pcie_rx_sum_kib_s, pcie_n, "
+                       "throttle_n, power_capped_samples, thermal_samples, power_limit_min_w")
+# The same aggregates in both dialects (SQLite has no FILTER on old versions: use sum(case)).
+_ROLLUP_NEW_SELECT = f"""coalesce(sum(mem_util_pct), 0), count(mem_util_pct),
+        coalesce(sum(CASE WHEN pcie_rx_kib_s IS NOT NULL THEN pcie_tx_kib_s END), 0),
+        coalesce(sum(CASE WHEN pcie_tx_kib_s IS NOT NULL THEN pcie_rx_kib_s END), 0),
+        count(CASE WHEN pcie_tx_kib_s IS NOT NULL AND pcie_rx_kib_s IS NOT NULL THEN 1 END),
+        count(throttle_reasons),
+        coalesce(sum(CASE WHEN (throttle_reasons & {THROTTLE_POWER_MASK}) <> 0 THEN 1 END), 0),
+        coalesce(sum(CASE WHEN (throttle_reasons & {THROTTLE_THERMAL_MASK}) <> 0 THEN 1 END), 0),
+        min(power_limit_w)"""
 COLUMN_LIST = ", ".join(name for name, _ in SAMPLE_COLUMNS)
 
 
@@ -55,6 +75,12 @@ def batch_columns(batch: Batch, gpu_ids: dict[int, int]) -> tuple[dict, dict]:
         "energy_mj": batch.energy_mj_null,
         "energy_method": batch.energy_method == 0,
     }
+    if batch.throttle_reasons is not None:
+        values["throttle_reasons"] = batch.throttle_reasons
+        nulls["throttle_reasons"] = batch.throttle_null
+    else:
+        values["throttle_reasons"] = np.zeros(batch.n, dtype=np.int64)
+        nulls["throttle_reasons"] = np.ones(batch.n, dtype=bool)
     for name, arr in batch.floats.items():
         values[name] = arr
         nulls[name] = np.isnan(arr)
@@ -94,13 +120,14 @@ def copy_binary(values: dict, nulls: dict, n: int) -> bytes:
     return b"".join(parts)
 
 
-_ROLLUP_INSERT = """
-    INSERT INTO {table} AS r (gpu_id, bucket, samples, util_sum, util_n, util_max, power_sum_w,
-        power_n, power_max_w, mem_used_max_mib, temp_max_c, energy_j, simulated_samples)
-    SELECT gpu_id, date_trunc('{unit}', ts), count(*), coalesce(sum(util_pct), 0),
+_ROLLUP_INSERT = f"""
+    INSERT INTO {{table}} AS r (gpu_id, bucket, samples, util_sum, util_n, util_max, power_sum_w,
+        power_n, power_max_w, mem_used_max_mib, temp_max_c, energy_j, simulated_samples,
+        {_ROLLUP_NEW_COLUMNS})
+    SELECT gpu_id, date_trunc('{{unit}}', ts), count(*), coalesce(sum(util_pct), 0),
         count(util_pct), max(util_pct), coalesce(sum(power_w), 0), count(power_w), max(power_w),
         max(mem_used_mib), max(temp_c), coalesce(sum(energy_j), 0),
-        count(*) FILTER (WHERE simulated)
+        count(*) FILTER (WHERE simulated), {_ROLLUP_NEW_SELECT}
     FROM ins GROUP BY 1, 2 ORDER BY 1, 2
     ON CONFLICT (gpu_id, bucket) DO UPDATE SET
         samples = r.samples + excluded.samples,
@@ -113,7 +140,16 @@ _ROLLUP_INSERT = """
         mem_used_max_mib = greatest(r.mem_used_max_mib, excluded.mem_used_max_mib),
         temp_max_c = greatest(r.temp_max_c, excluded.temp_max_c),
         energy_j = r.energy_j + excluded.energy_j,
-        simulated_samples = r.simulated_samples + excluded.simulated_samples
+        simulated_samples = r.simulated_samples + excluded.simulated_samples,
+        mem_util_sum = r.mem_util_sum + excluded.mem_util_sum,
+        mem_util_n = r.mem_util_n + excluded.mem_util_n,
+        pcie_tx_sum_kib_s = r.pcie_tx_sum_kib_s + excluded.pcie_tx_sum_kib_s,
+        pcie_rx_sum_kib_s = r.pcie_rx_sum_kib_s + excluded.pcie_rx_sum_kib_s,
+        pcie_n = r.pcie_n + excluded.pcie_n,
+        throttle_n = r.throttle_n + excluded.throttle_n,
+        power_capped_samples = r.power_capped_samples + excluded.power_capped_samples,
+        thermal_samples = r.thermal_samples + excluded.thermal_samples,
+        power_limit_min_w = least(r.power_limit_min_w, excluded.power_limit_min_w)
     RETURNING 1
 """
 
@@ -122,7 +158,8 @@ WITH ins AS (
     INSERT INTO telemetry_gpusample ({COLUMN_LIST})
     SELECT {COLUMN_LIST} FROM gpusample_stage
     ON CONFLICT DO NOTHING
-    RETURNING gpu_id, ts, util_pct, power_w, mem_used_mib, temp_c, energy_j, simulated
+    RETURNING gpu_id, ts, util_pct, power_w, mem_used_mib, temp_c, energy_j, simulated,
+        mem_util_pct, pcie_tx_kib_s, pcie_rx_kib_s, throttle_reasons, power_limit_w
 ), m AS ({_ROLLUP_INSERT.format(table="telemetry_gpuminute", unit="minute")}
 ), h AS ({_ROLLUP_INSERT.format(table="telemetry_gpuhour", unit="hour")}
 ), d AS ({_ROLLUP_INSERT.format(table="telemetry_gpuday", unit="day")}
@@ -189,21 +226,29 @@ _SQLITE_BUCKETS = (("telemetry_gpuminute", "%Y-%m-%d %H:%M:00", 60),
                    ("telemetry_gpuhour", "%Y-%m-%d %H:00:00", 3600),
                    ("telemetry_gpuday", "%Y-%m-%d 00:00:00", 86400))
 
-_SQLITE_ROLLUP = """
-    INSERT INTO {table} (gpu_id, bucket, samples, util_sum, util_n, util_max, power_sum_w,
-        power_n, power_max_w, mem_used_max_mib, temp_max_c, energy_j, simulated_samples)
-    SELECT gpu_id, strftime('{fmt}', ts), count(*), coalesce(sum(util_pct), 0),
+_SQLITE_ROLLUP = f"""
+    INSERT INTO {{table}} (gpu_id, bucket, samples, util_sum, util_n, util_max, power_sum_w,
+        power_n, power_max_w, mem_used_max_mib, temp_max_c, energy_j, simulated_samples,
+        {_ROLLUP_NEW_COLUMNS})
+    SELECT gpu_id, strftime('{{fmt}}', ts), count(*), coalesce(sum(util_pct), 0),
         count(util_pct), max(util_pct), coalesce(sum(power_w), 0), count(power_w), max(power_w),
-        max(mem_used_mib), max(temp_c), coalesce(sum(energy_j), 0), sum(simulated)
+        max(mem_used_mib), max(temp_c), coalesce(sum(energy_j), 0), sum(simulated),
+        {_ROLLUP_NEW_SELECT}
     FROM telemetry_gpusample
-    WHERE gpu_id IN ({ids}) AND ts >= %s AND ts < %s
+    WHERE gpu_id IN ({{ids}}) AND ts >= %s AND ts < %s
     GROUP BY 1, 2
     ON CONFLICT (gpu_id, bucket) DO UPDATE SET
         samples = excluded.samples, util_sum = excluded.util_sum, util_n = excluded.util_n,
         util_max = excluded.util_max, power_sum_w = excluded.power_sum_w,
         power_n = excluded.power_n, power_max_w = excluded.power_max_w,
         mem_used_max_mib = excluded.mem_used_max_mib, temp_max_c = excluded.temp_max_c,
-        energy_j = excluded.energy_j, simulated_samples = excluded.simulated_samples
+        energy_j = excluded.energy_j, simulated_samples = excluded.simulated_samples,
+        mem_util_sum = excluded.mem_util_sum, mem_util_n = excluded.mem_util_n,
+        pcie_tx_sum_kib_s = excluded.pcie_tx_sum_kib_s,
+        pcie_rx_sum_kib_s = excluded.pcie_rx_sum_kib_s, pcie_n = excluded.pcie_n,
+        throttle_n = excluded.throttle_n, power_capped_samples = excluded.power_capped_samples,
+        thermal_samples = excluded.thermal_samples,
+        power_limit_min_w = excluded.power_limit_min_w
 """
 
 

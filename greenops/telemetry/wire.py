@@ -32,6 +32,17 @@ FLOAT_FIELDS: dict[str, tuple[float, float]] = {
     "sm_clock_mhz": (0.0, 10_000.0),
 }
 REQUIRED_COLUMNS = ("ts", "gpu_index", *FLOAT_FIELDS, "energy_mj", "energy_method")
+# Bottleneck metrics (issue 14): optional, so an agent older than them still ships. An absent
+# column is stored as null (unknown), exactly like a metric the GPU does not support.
+OPTIONAL_FLOAT_FIELDS: dict[str, tuple[float, float]] = {
+    "mem_util_pct": (0.0, 100.0),
+    "mem_clock_mhz": (0.0, 100_000.0),
+    "pcie_tx_kib_s": (0.0, 1e9),  # KiB/s; PCIe 6.0 x16 is about 1.2e8 KiB/s
+    "pcie_rx_kib_s": (0.0, 1e9),
+    "power_limit_w": (0.0, 10_000.0),
+}
+THROTTLE_FIELD = "throttle_reasons"  # nvmlClocksThrottleReason* bitmask, 0 <= value < 2**32
+OPTIONAL_COLUMNS = (*OPTIONAL_FLOAT_FIELDS, THROTTLE_FIELD)
 
 
 @dataclass
@@ -46,6 +57,8 @@ class Batch:
     energy_mj: np.ndarray  # int64, 0 where null
     energy_mj_null: np.ndarray  # bool
     energy_method: np.ndarray  # int16, 0 where null
+    throttle_reasons: np.ndarray | None = None  # int64, 0 where null
+    throttle_null: np.ndarray | None = None  # bool
 
 
 def decode_body(body: bytes, gzip_encoded: bool, max_bytes: int) -> bytes:
@@ -197,16 +210,20 @@ def text_field(doc: dict, key: str, max_len: int, required: bool = False) -> str
     return value
 
 
-def sample_columns(doc: dict, columns, max_samples: int) -> tuple[dict, int]:
-    """The columnar `samples` object: every column present, nothing unknown, all the same
-    length, and not more than max_samples rows. Returns the columns and the row count."""
+def sample_columns(doc: dict, columns, max_samples: int, optional=()) -> tuple[dict, int]:
+    """The columnar `samples` object: every column present (``optional`` ones may be absent),
+    nothing unknown, all the same length, and not more than max_samples rows. Returns the
+    columns and the row count."""
     samples = doc.get("samples")
     if not isinstance(samples, dict):
         raise invalid("samples", "must be an object of equal-length arrays")
     for name in columns:
         if not isinstance(samples.get(name), list):
             raise invalid(f"samples.{name}", "is required and must be an array")
-    unknown = set(samples) - set(columns)
+    for name in optional:
+        if name in samples and not isinstance(samples[name], list):
+            raise invalid(f"samples.{name}", "must be an array")
+    unknown = set(samples) - set(columns) - set(optional)
     if unknown:
         raise invalid(f"samples.{sorted(unknown)[0]}", "is not a known field")
     n = len(samples["ts"])
@@ -215,7 +232,7 @@ def sample_columns(doc: dict, columns, max_samples: int) -> tuple[dict, int]:
     if n > max_samples:
         raise FieldError(413, "too_many_samples", "samples.ts",
                           f"{n} samples; a batch may hold at most {max_samples}")
-    for name in columns:
+    for name in (*columns, *(o for o in optional if o in samples)):
         if len(samples[name]) != n:
             raise invalid(f"samples.{name}", f"has {len(samples[name])} elements, ts has {n}")
     return samples, n
@@ -239,7 +256,7 @@ def parse_batch(
     source = doc.get("source")
     if source not in SOURCES:
         raise invalid("source", f"must be one of {', '.join(SOURCES)}")
-    samples, n = sample_columns(doc, REQUIRED_COLUMNS, max_samples)
+    samples, n = sample_columns(doc, REQUIRED_COLUMNS, max_samples, OPTIONAL_COLUMNS)
 
     ts = numeric_column("ts", samples["ts"], nullable=False, integer=False)
     too_new = ts > now_s + max_future_s
@@ -262,6 +279,14 @@ def parse_batch(
         arr = numeric_column(name, samples[name], nullable=True, integer=False)
         check_range(name, arr, lo, hi)
         floats[name] = arr
+    for name, (lo, hi) in OPTIONAL_FLOAT_FIELDS.items():
+        if name in samples:
+            arr = numeric_column(name, samples[name], nullable=True, integer=False)
+            check_range(name, arr, lo, hi)
+        else:
+            arr = np.full(n, np.nan)
+        floats[name] = arr
+    throttle, throttle_null = _throttle_column(samples.get(THROTTLE_FIELD), n)
 
     energy_mj, mj_null = numeric_column("energy_mj", samples["energy_mj"], nullable=True,
                                          integer=True)
@@ -285,7 +310,22 @@ def parse_batch(
     if not _keys_unique(ts_us, gpu_index):
         raise invalid("samples.ts", "two samples of the same GPU share a timestamp")
     return Batch(batch_id, agent_version, source, n, ts_us, gpu_index, floats, energy_mj, mj_null,
-                 method)
+                 method, throttle, throttle_null)
+
+
+def _throttle_column(values: list | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The throttle-reason bitmask column; absent means unknown for every sample."""
+    if values is None:
+        return np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
+    arr, null = numeric_column(THROTTLE_FIELD, values, nullable=True, integer=True)
+    if null is None:
+        null = np.zeros(n, dtype=bool)
+    bad = (arr < 0) | (arr >= 2**32)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise invalid(f"samples.{THROTTLE_FIELD}[{i}]", "must be an NVML throttle-reason "
+                      "bitmask between 0 and 2**32 - 1")
+    return arr, null
 
 
 def _keys_unique(ts_us: np.ndarray, gpu_index: np.ndarray) -> bool:

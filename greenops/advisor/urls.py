@@ -1,0 +1,9 @@
+"""Pages of the advisor app, mounted under /teams/<slug>/ by greenops/urls.py."""
+
+from django.urls import path
+
+from greenops.advisor import views
+
+urlpatterns = [
+    path("advisor/workloads/<slug:workload_slug>/", views.workload, name="advisor-workload"),
+]
