@@ -50,6 +50,7 @@ PAGES = [
     ("carbon-upload", "post", "/teams/{slug}/carbon/runs/upload", "member", 302, _csv_upload),
     ("carbon-sites", "get", "/teams/{slug}/carbon/sites/", "viewer", 200, None),
     ("benchmarks", "get", "/teams/{slug}/benchmarks/", "viewer", 200, None),
+    ("advisor-compare", "get", "/teams/{slug}/advisor/compare/", "viewer", 200, None),
     ("advisor-workload", "get", "/teams/{slug}/advisor/workloads/{workload}/", "viewer", 200,
      None),
     ("benchmark-history", "get", "/teams/{slug}/benchmarks/{workload}/", "viewer", 200, None),

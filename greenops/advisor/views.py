@@ -1,4 +1,5 @@
-"""Pages of the advisor app: a workload's diagnosis. Thin: access check, advise, render."""
+"""Pages of the advisor app: a workload's diagnosis and the variant comparison. Thin: access
+check, parse, the domain function, render."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from greenops import windows
-from greenops.advisor import diagnose
+from greenops.advisor import diagnose, variants
+from greenops.errors import FieldError, invalid
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 from greenops.workloads.models import Workload
@@ -23,3 +25,40 @@ def workload(request: HttpRequest, team: Team, workload_slug: str) -> HttpRespon
         "thresholds": {"min_minutes": diagnose.MIN_MEASURED_MINUTES,
                        "min_share_pct": diagnose.MIN_METRIC_SHARE * 100},
     })
+
+
+def _side(request: HttpRequest, team: Team, name: str, default_slug: str | None,
+          default: windows.Window) -> variants.Side:
+    """One variant from ?a=slug&a_start=...&a_end=... (errors name the parameter)."""
+    slug = request.GET.get(name) or default_slug
+    wl = Workload.objects.filter(team=team, slug=slug).first()
+    if wl is None:
+        raise invalid(name, "must be one of this team's workloads")
+    start_s, end_s = request.GET.get(f"{name}_start"), request.GET.get(f"{name}_end")
+    start = windows.parse_time(start_s, f"{name}_start") if start_s else default.start
+    end = windows.parse_time(end_s, f"{name}_end") if end_s else default.end
+    if end <= start:
+        raise invalid(f"{name}_end", "must be after the start")
+    if end - start > windows.MAX_CUSTOM_SPAN:
+        raise invalid(f"{name}_end", f"a period may span at most "
+                                     f"{windows.MAX_CUSTOM_SPAN.days} days")
+    return variants.Side(wl, variants.hour_window(start, end))
+
+
+@team_permission("team.view")
+def compare(request: HttpRequest, team: Team) -> HttpResponse:
+    workloads = list(Workload.objects.filter(team=team))
+    default = windows.lookback(7)
+    first = workloads[0].slug if workloads else None
+    second = workloads[1].slug if len(workloads) > 1 else first
+    context = {"team": team, "workloads": workloads, "params": request.GET}
+    if not workloads:
+        return render(request, "advisor/compare.html", context)
+    try:
+        a = _side(request, team, "a", first, default)
+        b = _side(request, team, "b", second, default)
+    except FieldError as exc:
+        context["error"] = exc
+        return render(request, "advisor/compare.html", context, status=400)
+    context.update(a=a, b=b, comparison=variants.compare(team, a, b))
+    return render(request, "advisor/compare.html", context)

@@ -1,0 +1,108 @@
+"""Variant comparison (issue 14): one workload over two periods (fp16, then int8 after a
+redeploy) and two workloads over one period, against hand-computed figures and noise tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from greenops import windows
+from greenops.advisor import variants
+from greenops.kpis.models import KpiRollup, Period
+from greenops.workloads.models import Workload
+
+T0 = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
+# Distinct values (no ties), so the exact Mann-Whitney distribution applies.
+FP16_J = [401_000.0, 410_000.0, 390_000.0, 405_000.0, 395_000.0, 399_000.0]  # sum 2,400,000
+INT8_J = [251_000.0, 255_000.0, 245_000.0, 260_000.0, 240_000.0, 249_000.0]  # sum 1,500,000
+
+
+def hours(team, wl, start: dt.datetime, energies: list[float]) -> None:
+    """Hour rollups as the KPI rollup writes them: 1,000 inferences an hour over the whole
+    hour, 50 % utilisation, $3.00 an hour."""
+    for i, j in enumerate(energies):
+        KpiRollup.objects.create(team=team, workload=wl, period=Period.HOUR,
+                                 bucket=start + dt.timedelta(hours=i), requests=1000,
+                                 success=1000, measured_s=3600.0, util_sum=50.0 * 60,
+                                 util_n=60, gpu_minutes=60, gpu_energy_j=j, cost_usd=3.0)
+
+
+@pytest.fixture
+def chat(team):
+    return Workload.objects.create(team=team, name="Chat", slug="chat", kind="inference")
+
+
+def side(wl, start, n_hours):
+    return variants.Side(wl, variants.hour_window(start, start + dt.timedelta(hours=n_hours)))
+
+
+@pytest.mark.django_db
+def test_two_periods_of_one_workload_hand_computed(team, chat):
+    hours(team, chat, T0, FP16_J)
+    later = T0 + dt.timedelta(hours=10)
+    hours(team, chat, later, INT8_J)
+    c = variants.compare(team, side(chat, T0, 6), side(chat, later, 6))
+    lines = {line.key: line for line in c.lines}
+    e = lines["energy_per_inference_j"]
+    # A: 2,400,000 J / 6,000 inferences = 400 J; B: 1,500,000 / 6,000 = 250 J; 250/400 - 1.
+    assert (e.a, e.b) == (pytest.approx(400.0), pytest.approx(250.0))
+    assert e.change_pct == pytest.approx(-37.5)
+    # Every int8 hour is below every fp16 hour: exact two-sided p = 2 / C(12, 6) = 2 / 924.
+    assert e.p_value == pytest.approx(2 / 924) and e.verdict == "beyond noise"
+    assert e.hours == (6, 6)
+    cost = lines["cost_per_1k_inferences_usd"]
+    # $18 / 6,000 inferences x 1,000 = $3.00 on both sides: no difference, all hours tied.
+    assert (cost.a, cost.b, cost.change_pct) == (pytest.approx(3.0), pytest.approx(3.0),
+                                                 pytest.approx(0.0))
+    assert cost.verdict == "within noise" and cost.p_value == 1.0
+    # 1,000 inferences per 3,600 s measured.
+    assert lines["throughput_per_s"].a == pytest.approx(1000 / 3600)
+    assert lines["gpu_util_pct"].a == pytest.approx(50.0)
+    # No latency histograms were sent: unknown, not 0.
+    assert lines["latency_p99_ms"].verdict == "unknown"
+    assert lines["latency_p99_ms"].reason == "not measured in A"
+    assert c.requests == (6000, 6000)
+
+
+@pytest.mark.django_db
+def test_too_few_hours_cannot_be_beyond_noise(team, chat):
+    int8 = Workload.objects.create(team=team, name="Chat int8", slug="chat-int8",
+                                   kind="inference")
+    hours(team, chat, T0, FP16_J)
+    hours(team, int8, T0, INT8_J[:2])
+    c = variants.compare(team, side(chat, T0, 6), side(int8, T0, 6))
+    e = c.lines[0]
+    # 2,400,000 / 6,000 = 400 J vs (251,000 + 255,000) / 2,000 = 253 J: 253/400 - 1.
+    assert e.b == pytest.approx(253.0) and e.change_pct == pytest.approx(-36.75)
+    # The smallest p 6 against 2 values can reach is 2 / C(8, 2) = 0.0714 >= 0.05.
+    assert e.verdict == "too few hours" and e.p_value is None
+
+
+@pytest.mark.django_db
+def test_compare_page_and_its_field_errors(client, team_roles, team, chat):
+    hours(team, chat, T0, FP16_J)
+    later = T0 + dt.timedelta(hours=10)
+    hours(team, chat, later, INT8_J)
+    client.force_login(team_roles["viewer"])
+    url = f"/teams/{team.slug}/advisor/compare/"
+    r = client.get(url, {"a": "chat", "a_start": "2026-11-20T00:00", "a_end": "2026-11-20T06:00",
+                         "b": "chat", "b_start": "2026-11-20T10:00",
+                         "b_end": "2026-11-20T16:00"})
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert "-37.5 %" in html and "beyond noise" in html
+    bad = client.get(url, {"a": "chat", "b": "nope"})
+    assert bad.status_code == 400 and "must be one of this team" in bad.content.decode()
+    bad = client.get(url, {"a": "chat", "a_start": "2026-11-20T06:00",
+                           "a_end": "2026-11-20T01:00"})
+    assert bad.status_code == 400 and "<code>a_end</code>" in bad.content.decode()
+    bad = client.get(url, {"a": "chat", "a_start": "yesterday"})
+    assert bad.status_code == 400 and "<code>a_start</code>" in bad.content.decode()
+
+
+def test_hour_window_rounds_out_to_whole_hours():
+    w = variants.hour_window(dt.datetime(2026, 11, 20, 0, 30, tzinfo=dt.UTC),
+                             dt.datetime(2026, 11, 20, 5, 10, tzinfo=dt.UTC))
+    assert (w.start.hour, w.end.hour, w.span_s) == (0, 6, 6 * 3600)
+    assert isinstance(w, windows.Window)
