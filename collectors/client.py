@@ -82,11 +82,15 @@ class GreenOpsClient:
 
     def record_inferences(self, workload: str, count: int, latencies_ms: Iterable[float] = (),
                           tokens: int | None = None, success: int | None = None,
-                          failure: int | None = None, end: float | None = None) -> dict:
-        """Report `count` inferences of `workload` that finished just now (or at `end`)."""
+                          failure: int | None = None, end: float | None = None,
+                          start: float | None = None) -> dict:
+        """Report `count` inferences of `workload` that finished just now (or at `end`), counted
+        since `start` (when given, rates divide by the seconds actually counted)."""
         latencies = list(latencies_ms)
         window: dict = {"workload": workload, "end": time.time() if end is None else end,
                         "requests": count}
+        if start is not None:
+            window["start"] = start
         for key, value in (("tokens", tokens), ("success", success), ("failure", failure)):
             if value is not None:
                 window[key] = value

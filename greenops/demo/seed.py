@@ -38,9 +38,9 @@ DEMO_USER, DEMO_PASSWORD = "demo", "greenops-demo"
 # A second login that may look at ML Platform but change nothing: the permission matrix at work.
 VIEWER_USER = "viewer"
 TEAMS = {"ml-platform": "ML Platform (demo)", "research": "Research (demo)"}
-# Recent history at the agent's cadence, older history coarser: the charts read hour and day
-# rollups there, and a minute per sample for 35 days of 13 GPUs would take minutes to store.
-FINE_STEP_S, COARSE_STEP_S, FINE_DAYS = 60.0, 600.0, 2.0
+# One sample per GPU per minute: the minute rollups (idle minutes, GPU-minutes) then see every
+# minute as a real agent's would. Coarser history would understate idle cost.
+STEP_S = 60.0
 # AWS us-east-1: a hyperscaler PUE (AWS reports ~1.15 for its fleet); grid from the US table.
 SITE = {"name": "AWS us-east-1", "pue": 1.15, "provider": "aws", "region": "us-east-1",
         "country": "USA"}
@@ -56,13 +56,13 @@ class Seeded:
 
 
 def backfill(host: Host, story: StorySource, start: float, end: float) -> int:
-    """Simulated samples from start to end, fine-grained for the last FINE_DAYS, stored as
-    real batches are."""
+    """Simulated samples from start to end, one per GPU per STEP_S, stored as real batches
+    are."""
     t = [start]
     story._clock = lambda: t[0]  # the source reads the backfill's clock, not the wall clock
     register_inventory(host, {"gpus": [g.__dict__ for g in story.gpus()], "hostname": host.name})
     gpu_ids = known_gpus(host)
-    energy = EnergyAccountant(max_gap_s=5 * COARSE_STEP_S)
+    energy = EnergyAccountant(max_gap_s=5 * STEP_S)
     stored = 0
     buf = SampleBuffer()
     while t[0] < end:
@@ -70,7 +70,7 @@ def backfill(host: Host, story: StorySource, start: float, end: float) -> int:
             reading = story.read(i)
             joules, method = energy.update(i, t[0], reading.energy_mj, reading.power_w)
             buf.append(t[0], i, reading, joules, method)
-        t[0] += FINE_STEP_S if t[0] >= end - FINE_DAYS * 86400 else COARSE_STEP_S
+        t[0] += STEP_S
         if len(buf) >= 20_000 or t[0] >= end:
             doc = build_batch(buf.columns(), "simulated")
             batch = wire.parse_batch(doc, now_s=end + 60, max_samples=1 << 30, max_future_s=300,

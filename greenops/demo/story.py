@@ -130,7 +130,8 @@ def chat_windows(source: StorySource, start: float, end: float, step_s: float) -
         median = chat_median_ms(busy)
         cdf = [_lognormal_cdf(b, median, 0.5) for b in LATENCY_LE_MS]
         counts = [round(requests * c) for c in cdf] + [requests]  # cumulative, last = +Inf
-        windows.append({"workload": CHAT_WORKLOAD, "end": t + step_s, "requests": requests,
+        windows.append({"workload": CHAT_WORKLOAD, "start": t, "end": t + step_s,
+                        "requests": requests,
                         "success": requests, "failure": 0,
                         "tokens": requests * TOKENS_PER_REPLY,
                         "latency": {"unit": "ms", "le": LATENCY_LE_MS, "counts": counts,

@@ -41,7 +41,7 @@ def run(client: GreenOpsClient, source: StorySource, stop: threading.Event,
         latencies = [sample[k % len(sample)] for k in range(n)] if sample else []
         try:
             client.record_inferences(CHAT_WORKLOAD, n, latencies, tokens=n * TOKENS_PER_REPLY,
-                                     success=n, failure=0, end=now)
+                                     success=n, failure=0, end=now, start=last)
         except GreenOpsError as exc:  # the server is starting or stopping: try next minute
             log.warning("demo traffic: %s", exc)
             continue
