@@ -77,11 +77,15 @@ def test_under_utilised_gpus_consolidate_with_the_hand_computed_saving(workload)
     w = week()
     energy = it_energy(list(wl.gpu_queryset()), w.start, w.end)
     assert d.effect.co2e_kg_per_month == pytest.approx(-carbon_of(energy).co2e_kg * 1440 * 0.5)
-    cost = cost_of(energy).cost_usd
-    if cost is None:
-        assert d.effect.usd_per_month is None and "cost unknown" in d.effect.unknown
-    else:
-        assert d.effect.usd_per_month == pytest.approx(-cost * 1440 * 0.5)
+    cost = cost_of(energy)
+    assert cost.cost_usd is not None  # the catalog prices p4d.24xlarge on demand
+    (line,) = cost.hosts.values()
+    # Billed by the host-hour: the hardware cost of the hours billed, per 720 h a month.
+    assert line.billed_hours > 0
+    month_usd = line.hardware_usd * 720 / line.billed_hours + line.electricity_usd * 1440
+    assert advice.monthly.usd == pytest.approx(month_usd)
+    assert d.effect.usd_per_month == pytest.approx(-month_usd * 0.5)
+    assert d.effect.usd_saved == pytest.approx(month_usd * 0.5)
     # 1,800 s of a 7-day window is 0 %: a low-confidence estimate, and it says why.
     assert d.confidence == "low" and "measured 0 % of the" in d.confidence_why
 
@@ -137,7 +141,7 @@ def test_diagnosis_page_shows_evidence_effect_and_unknowns(client, team_roles, t
     html = r.content.decode()
     assert 'id="diagnosis-under_utilised"' in html
     assert "serve the measured load on 2 of 4 GPUs" in html
-    assert "-299.3 kWh" in html
+    assert "saves 299.3 kWh" in html
     assert 'id="diagnosis-memory_bound"' not in html
     assert "memory utilisation reported by 0 % of samples" in html
     assert client.get(f"/teams/{team.slug}/advisor/workloads/{wl.slug}/?range=year"

@@ -123,14 +123,21 @@ class Monthly:
 
 
 def monthly(workload: Workload, p: Profile) -> Monthly:
-    """Measured over the window by the owners, then scaled by 30 days / measured seconds (a
-    workload measured 12 h of a day is scaled from those 12 h, not diluted by the gap)."""
+    """Measured over the window by the owners, then scaled to 30 days. Energy and CO2e scale by
+    30 days / measured seconds (a workload measured 12 h of a day is scaled from those 12 h,
+    not diluted by the gap). Cost is billed by the host-hour, so each host's hardware cost
+    scales by 720 h / its billed hours (a 30-minute sample billed as a whole hour would
+    otherwise be counted twice over); on-premises electricity scales like energy."""
     energy = it_energy(list(workload.gpu_queryset()), p.window.start, p.window.end)
     carbon = carbon_of(energy)
     cost = cost_of(energy)
     scale = MONTH_S / p.measured_s if p.measured_s else 0.0
-    return Monthly(kwh=energy.it_energy_kwh * scale, co2e_kg=carbon.co2e_kg * scale,
-                   usd=None if cost.cost_usd is None else cost.cost_usd * scale,
+    usd = None
+    if cost.cost_usd is not None:
+        month_h = MONTH_S / 3600
+        usd = sum((line.hardware_usd * month_h / line.billed_hours if line.billed_hours
+                   else 0.0) + line.electricity_usd * scale for line in cost.hosts.values())
+    return Monthly(kwh=energy.it_energy_kwh * scale, co2e_kg=carbon.co2e_kg * scale, usd=usd,
                    usd_problem="; ".join(cost.problems) or "no price for a host", scale=scale)
 
 
@@ -143,6 +150,19 @@ class Effect:
     usd_per_month: float | None = None
     method: str = ""
     unknown: str = ""
+
+    # What a page says: "saves 299 kWh" reads better than "-299 kWh".
+    @property
+    def kwh_saved(self) -> float | None:
+        return None if self.kwh_per_month is None else -self.kwh_per_month
+
+    @property
+    def co2e_kg_saved(self) -> float | None:
+        return None if self.co2e_kg_per_month is None else -self.co2e_kg_per_month
+
+    @property
+    def usd_saved(self) -> float | None:
+        return None if self.usd_per_month is None else -self.usd_per_month
 
 
 @dataclass(frozen=True)
