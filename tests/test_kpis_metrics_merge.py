@@ -109,3 +109,36 @@ def test_a_rollup_row_carries_its_effective_factors():
     assert row["requests"] == 100 and row["cost_source"] == "price A"
     # Stored in the JSON form the rollup column holds.
     assert row["latency_buckets"] == {"le_ms": [10.0, 20.0], "cumulative": [90, 100, 100]}
+
+
+def test_team_rows_merge_the_inference_share_of_their_energy():
+    # A team row says which part of its energy served inference (training is not divided by
+    # inferences); a workload row (inference_energy_j None) counts all of its own.
+    team_hour = Totals(requests=100, gpu_energy_j=1000.0, co2e_g=10.0, cost_usd=2.0,
+                       inference_energy_j=400.0, inference_co2e_g=4.0, inference_cost_usd=0.8)
+    workload_hour = Totals(requests=50, gpu_energy_j=500.0, co2e_g=5.0, cost_usd=1.0)
+    m = metrics.merge([team_hour, workload_hour])
+    # 400 + 500 J, 4 + 5 g, $0.8 + $1.0
+    assert (m.inference_energy_j, m.inference_co2e_g) == (900.0, 9.0)
+    assert m.inference_cost_usd == pytest.approx(1.8)
+    k = metrics.derive(m, 7200)
+    assert k["energy_per_inference_j"] == 6.0  # 900 J / 150
+    assert k["co2e_per_1k_inferences_g"] == 60.0  # 9 g / 150 x 1000
+    assert k["cost_per_1k_inferences_usd"] == pytest.approx(12.0)  # $1.8 / 150 x 1000
+    unpriced = Totals(requests=10, gpu_energy_j=10.0, inference_energy_j=5.0,
+                      inference_cost_usd=None)
+    assert metrics.merge([team_hour, unpriced]).inference_cost_usd is None
+    assert metrics.merge([workload_hour]).inference_energy_j is None
+
+
+def test_a_free_hour_adds_nothing_to_the_cost():
+    # $0 (an owned, switched-off host) is a known cost of zero, not a missing one.
+    assert metrics.merge([Totals(cost_usd=0.0), Totals(cost_usd=2.0)]).cost_usd == 2.0
+
+
+def test_derived_kpis_name_the_period_and_the_counts():
+    k = metrics.derive(metrics.merge([hour_1(), hour_2()]), 7200)
+    assert (k["period_s"], k["measured_s"]) == (7200, 5400.0)
+    assert k["coverage_share"] == pytest.approx(0.75)  # 5,400 of 7,200 s measured
+    assert (k["requests"], k["success"], k["failure"], k["tokens"]) == (150, 147, 3, 5000)
+    assert k["prompt_tokens"] == 2000
