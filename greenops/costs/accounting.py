@@ -393,7 +393,7 @@ def team_costs(tu: TeamUsage, idle_threshold_pct: float = IDLE_UTIL_PCT) -> dict
         "method": "host-hours the host ran (any GPU reporting) x the price of its purchase "
                   "option in force in each hour; commitments and owned hardware billed for "
                   "every hour of the window the host existed; on premises plus electricity "
-                  "(GPU + CPU/RAM energy x PUE x $/kWh). The KPI pages use the same model.",
+                  "(GPU + CPU/RAM energy x PUE x $/kWh); the KPI pages use the same model",
         # No total when a host has no price: a partial sum shown as the total would be wrong.
         "total_cost_usd": sum(r.cost_usd for r in priced) if not problems else None,
         "priced_cost_usd": sum(r.cost_usd for r in priced),
