@@ -3,7 +3,7 @@
 ``FakeNvml`` is passed to ``NvmlSource(lib=...)`` in-process. This module also works as an
 ``--nvml-lib tests.agent_fakes`` for a real agent subprocess: its module-level names are those
 of a ``FakeNvml`` configured from environment variables (AGENT_FAKES_GPUS,
-AGENT_FAKES_INIT_ERROR), so no ``sys.modules`` patching is needed anywhere.
+AGENT_FAKES_ENERGY_STEP_MJ, AGENT_FAKES_INIT_ERROR), so no ``sys.modules`` patching is needed anywhere.
 """
 
 from __future__ import annotations
@@ -175,6 +175,7 @@ def __getattr__(name: str) -> Any:
             init_error = os.environ.get("AGENT_FAKES_INIT_ERROR")
             _module_fake = FakeNvml(
                 n=int(os.environ.get("AGENT_FAKES_GPUS", "2")),
+                energy_step_mj=int(os.environ.get("AGENT_FAKES_ENERGY_STEP_MJ", "1000")),
                 init_error=int(init_error) if init_error else None,
             )
         return getattr(_module_fake, name)

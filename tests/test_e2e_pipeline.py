@@ -68,7 +68,11 @@ def wait_for(predicate, timeout: float = 60.0, step: float = 0.2):
 @pytest.mark.django_db(transaction=True)
 def test_agent_to_worker_to_dashboard(live_server, users, team, worker_queue, tmp_path, client):
     host, token = make_host(team, name="fake-nvml-host", gpus=0)
-    env = dict(os.environ, AGENT_FAKES_GPUS="2", GREENOPS_TOKEN=token)
+    # The fake counter advances a fixed step per read, not with time. 1 J per read would be
+    # implausible (above 400 W x dt x 1.2) for two reads under 2 ms apart, which a loaded machine
+    # produces; the agent would then rightly integrate power. 1 mJ per read stays plausible.
+    env = dict(os.environ, AGENT_FAKES_GPUS="2", AGENT_FAKES_ENERGY_STEP_MJ="1",
+               GREENOPS_TOKEN=token)
     agent = subprocess.Popen(
         [sys.executable, "-m", "collectors.cli", "run", "--server", live_server.url,
          "--nvml-lib", "tests.agent_fakes", "--interval", "0.1", "--batch-seconds", "0.5",
@@ -92,15 +96,15 @@ def test_agent_to_worker_to_dashboard(live_server, users, team, worker_queue, tm
     assert n == sum(IngestBatch.objects.values_list("inserted", flat=True))
     assert n == sum(IngestBatch.objects.values_list("n_samples", flat=True))
     assert sum(GpuMinute.objects.values_list("samples", flat=True)) == n
-    # The fake counter advances 1000 mJ per read: every sample but each GPU's first is 1 J.
+    # The fake counter advances 1 mJ per read: every sample but each GPU's first is 1 mJ.
     energy_j = sum(GpuMinute.objects.values_list("energy_j", flat=True))
-    assert energy_j == pytest.approx(n - 2)
+    assert energy_j == pytest.approx((n - 2) / 1000)
 
     client.force_login(users["member"])
     usage = client.get("/api/v1/teams/vision/usage?range=hour").json()
     assert usage["totals"]["gpus_reporting"] == 2
     assert usage["totals"]["avg_util_pct"] == pytest.approx(87.0)
-    assert usage["totals"]["energy_kwh"] == pytest.approx((n - 2) / 3.6e6)
+    assert usage["totals"]["energy_kwh"] == pytest.approx((n - 2) / 1000 / 3.6e6)
     host.refresh_from_db()
     assert host.is_online() and host.agent_version
 
