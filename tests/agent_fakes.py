@@ -3,7 +3,8 @@
 ``FakeNvml`` is passed to ``NvmlSource(lib=...)`` in-process. This module also works as an
 ``--nvml-lib tests.agent_fakes`` for a real agent subprocess: its module-level names are those
 of a ``FakeNvml`` configured from environment variables (AGENT_FAKES_GPUS,
-AGENT_FAKES_ENERGY_STEP_MJ, AGENT_FAKES_INIT_ERROR), so no ``sys.modules`` patching is needed anywhere.
+AGENT_FAKES_ENERGY_STEP_MJ, AGENT_FAKES_INIT_ERROR), so no ``sys.modules`` patching is needed
+anywhere.
 """
 
 from __future__ import annotations
