@@ -33,3 +33,10 @@ def parse_body(body: bytes, content_encoding: str | None, *, small: bool = False
 def json_body(request: HttpRequest, *, small: bool = False):
     """The request's JSON body (see parse_body)."""
     return parse_body(request.body, request.headers.get("Content-Encoding"), small=small)
+
+
+def declared_body(schema: dict, *, required: bool = True) -> dict:
+    """`openapi_extra=declared_body({...})` on an operation that reads its JSON body itself
+    (json_body), so the OpenAPI schema still says what the body is."""
+    return {"requestBody": {"required": required,
+                            "content": {"application/json": {"schema": schema}}}}

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest
 from ninja import NinjaAPI, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.responses import Status
 from ninja.security import django_auth
 
@@ -15,9 +16,36 @@ from greenops.api.body import json_body
 from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import ingest
+from greenops.telemetry.host_auth import host_token
 from greenops.telemetry.queries import RANGES, team_usage
 
-api = NinjaAPI(
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error", "field", "message"],
+    "properties": {"error": {"type": "string"}, "field": {"type": ["string", "null"]},
+                   "message": {"type": "string"}},
+}
+
+
+class GreenOpsAPI(NinjaAPI):
+    """NinjaAPI whose schema says what every operation can answer besides its success: any
+    error is the one {error, field, message} body (an OpenAPI `default` response), and an
+    operation without an auth class says so (`security: []`) instead of saying nothing."""
+
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        schema["components"].setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+        ref = {"$ref": "#/components/schemas/Error"}
+        error = {"description": "Any error: 4xx naming the field at fault (see README Errors)",
+                 "content": {"application/json": {"schema": ref}}}
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                operation["responses"].setdefault("default", error)
+                operation.setdefault("security", [])
+        return schema
+
+
+api = GreenOpsAPI(
     title="GreenOps API",
     version="1",
     urls_namespace="api-v1",
@@ -46,6 +74,46 @@ def on_too_big(request: HttpRequest, exc: RequestDataTooBig):
 def on_not_found(request: HttpRequest, exc: Http404):
     return api.create_response(request, {"error": "not_found", "field": None,
                                          "message": str(exc) or "not found"}, status=404)
+
+
+@api.exception_handler(AuthenticationError)
+def on_unauthenticated(request: HttpRequest, exc: AuthenticationError):
+    # Only the session endpoints get here (token auth classes raise FieldError themselves).
+    return on_field_error(request, FieldError(
+        401, "unauthorized", settings.SESSION_COOKIE_NAME,
+        "log in first: this endpoint takes the session cookie"))
+
+
+_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+               405: "method_not_allowed", 409: "conflict", 413: "too_large",
+               415: "unsupported_media_type", 429: "rate_limited"}
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError):
+    message = str(exc)
+    if exc.status_code == 403 and "CSRF" in message:  # session POSTs need Django's CSRF token
+        return on_field_error(request, FieldError(
+            403, "csrf_failed", "X-CSRFToken", "send the csrftoken cookie's value as X-CSRFToken"))
+    return on_field_error(request, FieldError(
+        exc.status_code, _HTTP_CODES.get(exc.status_code, "error"), None, message))
+
+
+def _loc_field(loc) -> str | None:
+    """ninja's error location ("query", "range") or ("body", "payload", "x", 0) -> x[0]."""
+    parts = [p for p in loc[1:] if p != "payload"] if loc and loc[0] in (
+        "query", "path", "body", "header", "cookie", "form", "file") else list(loc or ())
+    field = ""
+    for part in parts:
+        field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
+    return field or None
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request: HttpRequest, exc: ValidationError):
+    first = exc.errors[0] if exc.errors else {}
+    return on_field_error(request, FieldError(
+        422, "validation_error", _loc_field(first.get("loc")), first.get("msg", "invalid")))
 
 
 class Accepted(Schema):
@@ -90,8 +158,23 @@ BATCH_SCHEMA = {
 }
 
 
-def _auth_header(request: HttpRequest) -> str | None:
-    return request.headers.get("Authorization")
+# What ingest.register_inventory accepts, so the schema refuses what the server refuses.
+_LIMIT = {"type": ["number", "null"], "minimum": 0, "exclusiveMaximum": 1e7}
+GPU_SCHEMA = {
+    "type": "object",
+    "required": ["index"],
+    "properties": {"index": {"type": "integer", "minimum": 0, "maximum": 1023},
+                   "uuid": {"type": "string", "maxLength": 96},
+                   "name": {"type": "string", "maxLength": 96},
+                   "power_limit_w": _LIMIT, "memory_total_mib": _LIMIT},
+}
+INVENTORY_SCHEMA = {
+    "type": "object",
+    "required": ["gpus"],
+    "properties": {"gpus": {"type": "array", "items": GPU_SCHEMA, "minItems": 1,
+                            "maxItems": ingest.INVENTORY_LIMIT},
+                   "agent_version": {"type": "string"}, "hostname": {"type": "string"}},
+}
 
 
 @api.post(
@@ -99,16 +182,16 @@ def _auth_header(request: HttpRequest) -> str | None:
     response={202: Accepted, 400: ErrorOut, 401: ErrorOut, 409: ErrorOut, 413: ErrorOut,
               415: ErrorOut, 422: ErrorOut},
     summary="Send a batch of GPU samples (host token)",
+    auth=host_token,
     openapi_extra={
         "requestBody": {"required": True,
                         "content": {"application/json": {"schema": BATCH_SCHEMA}}},
-        "security": [{"HostToken": []}],
     },
 )
 def post_samples(request: HttpRequest):
-    host = ingest.host_for_token(_auth_header(request))
     return Status(
-        202, ingest.accept_batch(host, request.body, request.headers.get("Content-Encoding"))
+        202, ingest.accept_batch(request.auth, request.body,
+                                 request.headers.get("Content-Encoding"))
     )
 
 
@@ -129,9 +212,12 @@ class InventoryOut(Schema):
     "/inventory",
     response={200: InventoryOut, 400: ErrorOut, 401: ErrorOut, 422: ErrorOut},
     summary="Register the host's GPUs (host token)",
+    auth=host_token,
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": INVENTORY_SCHEMA}}}},
 )
 def post_inventory(request: HttpRequest):
-    host = ingest.host_for_token(_auth_header(request))
+    host = request.auth
     doc = json_body(request, small=True)
     gpus = ingest.register_inventory(host, doc)
     return Status(200, {"host": host.name, "gpus": gpus})

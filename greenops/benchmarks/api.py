@@ -12,7 +12,7 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.api.body import json_body
+from greenops.api.body import declared_body, json_body
 from greenops.benchmarks import runs
 from greenops.benchmarks.models import BenchmarkRun
 from greenops.errors import invalid
@@ -31,7 +31,10 @@ def _run_out(run: BenchmarkRun, created: bool) -> dict:
 @router.post("/benchmarks/runs", auth=team_or_host_token_auth, response={200: dict, 201: dict},
              summary="Store a measured benchmark run (team API token or host token)",
              description="The JSON `greenops-agent bench --output` writes. 201 when stored, "
-             "200 when this run_id was already stored (a resend stores nothing twice).")
+             "200 when this run_id was already stored (a resend stores nothing twice).",
+             openapi_extra=declared_body({"type": "object",
+                                          "required": ["run_id", "workload", "hardware_key"],
+                                          "properties": {k: {} for k in sorted(runs.DOC_KEYS)}}))
 def post_run(request: HttpRequest):
     doc = json_body(request)
     run, created = runs.store_run(request.auth.team, doc, posted_by=request.auth.label)

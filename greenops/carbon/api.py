@@ -47,10 +47,10 @@ from ninja import File, Router, Schema
 from ninja.files import UploadedFile
 from ninja.responses import Status
 
-from greenops.api.body import json_body
+from greenops.api.body import declared_body, json_body
 from greenops.carbon import emissions_csv, host_energy
 from greenops.teams.auth import team_token_auth
-from greenops.telemetry import ingest
+from greenops.telemetry.host_auth import host_token
 
 router = Router(tags=["carbon"])
 
@@ -73,10 +73,18 @@ class HostEnergyOut(Schema):
     response={200: HostEnergyOut, 400: ErrorOut, 401: ErrorOut, 413: ErrorOut, 415: ErrorOut,
               422: ErrorOut},
     summary="Send host CPU/RAM energy measured with codecarbon (host token)",
-    openapi_extra={"security": [{"HostToken": []}]},
+    auth=host_token,
+    openapi_extra=declared_body({
+        "type": "object", "required": ["batch_id", "source", "tracking_mode", "samples"],
+        "properties": {"batch_id": {"type": "string", "format": "uuid"},
+                       "source": {"type": "string"}, "tracking_mode": {"type": "string"},
+                       "codecarbon_version": {"type": "string", "maxLength": 32},
+                       "agent_version": {"type": "string", "maxLength": 32},
+                       "samples": {"type": "object",
+                                   "description": "Columnar: one array per field"}}}),
 )
 def post_host_energy(request: HttpRequest):
-    host = ingest.host_for_token(request.headers.get("Authorization"))
+    host = request.auth
     doc = json_body(request)
     return Status(200, host_energy.accept(host, doc))
 

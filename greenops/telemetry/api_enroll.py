@@ -13,10 +13,11 @@ from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops import ratelimit
-from greenops.api.body import json_body
+from greenops.api.body import declared_body, json_body
 from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
-from greenops.telemetry import enrollment, ingest
+from greenops.telemetry import enrollment
+from greenops.telemetry.host_auth import host_token
 from greenops.telemetry.host_status import host_statuses
 from greenops.telemetry.models import Host
 
@@ -39,7 +40,16 @@ class EnrolledOut(Schema):
 
 @router.post("/enroll", response={201: EnrolledOut, 400: ErrorOut, 401: ErrorOut, 422: ErrorOut,
                                   429: ErrorOut},
-             summary="Trade a single-use enrollment token for a host token")
+             summary="Trade a single-use enrollment token for a host token",
+             openapi_extra=declared_body({
+                 "type": "object", "required": ["token", "hostname", "gpus"],
+                 "properties": {"token": {"type": "string"},
+                                "hostname": {"type": "string", "minLength": 1,
+                                             "maxLength": enrollment.HOSTNAME_MAX},
+                                "agent_version": {"type": "string"},
+                                "facts": {"type": "object"},
+                                "gpus": {"type": "array", "minItems": 1,
+                                         "items": {"type": "object"}}}}))
 def post_enroll(request: HttpRequest):
     limit, ip = ratelimit.enroll_limit(), ratelimit.client_ip(request)
     wait = ratelimit.retry_after_s(limit, ip)
@@ -62,10 +72,10 @@ def get_time(request: HttpRequest):
     return {"time": time.time(), "iso": timezone.now().isoformat()}
 
 
-@router.get("/agent/whoami", response={200: dict, 401: ErrorOut},
+@router.get("/agent/whoami", response={200: dict, 401: ErrorOut}, auth=host_token,
             summary="Which host this host token belongs to (the agent's status/doctor check)")
 def get_whoami(request: HttpRequest):
-    host = ingest.host_for_token(request.headers.get("Authorization"))
+    host = request.auth
     return {"host": host.name, "team": host.team.slug, "gpus": host.gpus.count()}
 
 

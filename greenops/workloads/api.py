@@ -11,7 +11,7 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.api.body import json_body
+from greenops.api.body import declared_body, json_body
 from greenops.errors import invalid
 from greenops.teams import audit
 from greenops.teams.auth import team_or_host_token_auth
@@ -84,7 +84,9 @@ def list_workloads(request: HttpRequest, slug: str):
 
 
 @router.post("/teams/{slug}/workloads", auth=django_auth, response={201: dict},
-             summary="Register a workload (owner or admin)")
+             summary="Register a workload (owner or admin)",
+             openapi_extra=declared_body({"type": "object", "required": ["name"],
+                                          "properties": {k: {} for k in sorted(WORKLOAD_KEYS)}}))
 def create_workload(request: HttpRequest, slug: str):
     team, _role = authorize_api(request.user, slug, "workloads.manage")
     doc = json_body(request)
@@ -104,7 +106,9 @@ def _caller_team(request: HttpRequest):
 
 
 @router.post("/training-jobs", auth=team_or_host_token_auth, response={201: dict},
-             summary="Start a training job (team API token or host token)")
+             summary="Start a training job (team API token or host token)",
+             openapi_extra=declared_body({"type": "object", "required": ["workload", "name"],
+                                          "properties": {k: {} for k in sorted(jobs.START_KEYS)}}))
 def start_training_job(request: HttpRequest):
     doc = json_body(request)
     job = jobs.start_job(_caller_team(request), doc, started_by=request.auth.label)
@@ -112,7 +116,10 @@ def start_training_job(request: HttpRequest):
 
 
 @router.post("/training-jobs/{job_id}/stop", auth=team_or_host_token_auth, response={200: dict},
-             summary="Stop a training job; its energy, carbon and cost are computed")
+             summary="Stop a training job; its energy, carbon and cost are computed",
+             openapi_extra=declared_body({"type": "object", "properties": {
+                 "stopped_at": {"type": "number", "description": "Unix seconds; default now"}}},
+                 required=False))
 def stop_training_job(request: HttpRequest, job_id: int):
     job = jobs.job_for_caller(_caller_team(request), job_id)
     doc = json_body(request) \
