@@ -142,3 +142,29 @@ def test_derived_kpis_name_the_period_and_the_counts():
     assert k["coverage_share"] == pytest.approx(0.75)  # 5,400 of 7,200 s measured
     assert (k["requests"], k["success"], k["failure"], k["tokens"]) == (150, 147, 3, 5000)
     assert k["prompt_tokens"] == 2000
+
+
+def test_derived_kpis_carry_their_sources_and_say_no_price():
+    k = metrics.derive(metrics.merge([hour_1(), hour_2()]), 7200)
+    assert k["pue_source"] == "1.5 (site A); 1.1 (site B)"
+    assert k["intensity_source"] == "400 g/kWh (grid A); 100 g/kWh (grid B)"
+    assert k["cpu_ram_method"] == "CPU rapl"
+    # No cost and no source: the page says why there is no figure.
+    unpriced = metrics.derive(Totals(requests=1, cost_usd=None), 3600)
+    assert unpriced["cost_usd"] is None and unpriced["cost_source"] == "no price"
+    # A known cost with no source keeps the empty source (a free hour is not "no price").
+    assert metrics.derive(Totals(cost_usd=0.0), 3600)["cost_source"] == ""
+
+
+def test_p99_past_the_last_finite_bound_is_flagged():
+    t = hour_1()
+    # 90 at <= 10 ms, 10 above 20 ms: p99 lies past the last finite bound; p50 does not.
+    t.latency_buckets = histogram.from_buckets([10.0, 20.0], [90, 0, 10], cumulative=False)
+    k = metrics.derive(t, 3600)
+    assert k["latency_p99_above"] is True and k["latency_p50_above"] is False
+    assert k["latency_p99_ms"] == 20.0  # Prometheus answers the highest finite bound
+
+
+def test_an_inference_share_without_carbon_counts_zero_grams():
+    t = Totals(requests=10, gpu_energy_j=100.0, co2e_g=50.0, inference_energy_j=40.0)
+    assert t.inference_figures() == (40.0, 0.0, None)
