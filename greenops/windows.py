@@ -235,6 +235,15 @@ def parse_lookback(value: str | None, default: int = 30, field: str = "lookback"
     return days
 
 
+def lookback_from_request(request: HttpRequest, default: int = 30) -> int:
+    """Pages: `?lookback=` or the default; an unknown value is a 404 (a URL that does not
+    exist), as `range_from_request` does for ranges."""
+    raw = request.GET.get("lookback", str(default))
+    if not raw.isdigit() or int(raw) not in LOOKBACK_DAYS:
+        raise Http404("Unknown lookback")
+    return int(raw)
+
+
 # ---- Custom start/end ---------------------------------------------------------------------------
 
 MAX_CUSTOM_SPAN = dt.timedelta(days=400)

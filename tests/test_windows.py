@@ -142,3 +142,13 @@ def test_parse_range_names_the_field():
     with pytest.raises(FieldError) as err:
         windows.parse_range("fortnight", ("day", "week"))
     assert err.value.field == "range" and "day, week" in err.value.message
+
+
+def test_lookback_from_request_404s_on_unknown_values(rf):
+    # Pages: an unknown lookback is a URL that does not exist, not a silent default.
+    from django.http import Http404
+    assert windows.lookback_from_request(rf.get("/")) == 30
+    assert windows.lookback_from_request(rf.get("/", {"lookback": "7"})) == 7
+    for bad in ("14", "x", "-7", ""):
+        with pytest.raises(Http404):
+            windows.lookback_from_request(rf.get("/", {"lookback": bad}))

@@ -28,12 +28,11 @@ from greenops.carbon.accounting import FactorsFor, cached_site_factors
 from greenops.costs import overrides
 from greenops.costs.catalog import HourlyPrice, PriceProblem, catalog_price, host_price
 from greenops.costs.models import Price, PricePeriod
-from greenops.energy import ItEnergy, floor_hour, hour_aligned, it_energy, overlap
+from greenops.energy import ItEnergy, hour_aligned, it_energy, overlap
 from greenops.teams.models import Team
 from greenops.telemetry.models import GpuHour, GpuMinute, Host, PurchaseOption
 from greenops.units import J_PER_KWH
 
-LOOKBACKS_DAYS = windows.LOOKBACK_DAYS
 IDLE_UTIL_PCT = 5.0  # below this a GPU-minute is idle: nothing serious runs at <5% SM activity
 COMMITTED = (PurchaseOption.RESERVED, PurchaseOption.SAVINGS_PLAN, PurchaseOption.ON_PREM)
 HOUR = dt.timedelta(hours=1)
@@ -95,9 +94,9 @@ def existing_hours(host: Host, start: dt.datetime, end: dt.datetime) -> set[dt.d
     """The hour buckets overlapping [start, end) in which the host existed for at least part of
     the hour: a commitment or owned hardware is not ours to pay before enrollment or after
     removal. The hour it was enrolled in counts whole, as AWS bills a started hour."""
-    first = floor_hour(start)
+    first = windows.floor_hour(start)
     if host.created_at is not None and host.created_at > start:
-        first = max(first, floor_hour(host.created_at))
+        first = max(first, windows.floor_hour(host.created_at))
     last = min(end, host.removed_at) if host.removed_at is not None else end
     out = set()
     b = first
@@ -121,7 +120,7 @@ def running_hours(host_ids: list[int], start: dt.datetime, end: dt.datetime
             .annotate(h=TruncHour("bucket")).values_list("gpu__host_id", "h").distinct()
     out: dict[int, set[dt.datetime]] = defaultdict(set)
     for host_id, bucket in rows:
-        out[host_id].add(floor_hour(bucket))
+        out[host_id].add(windows.floor_hour(bucket))
     return out
 
 
@@ -213,12 +212,6 @@ def cost_of(energy: ItEnergy, price: PriceFor | None = None,
     return out
 
 
-def window(lookback_days: int, now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
-    """Whole hours: [start, end) with end the start of the current hour."""
-    w = windows.lookback(lookback_days, now)
-    return w.start, w.end
-
-
 @dataclass
 class GpuUsage:
     gpu_id: int
@@ -272,7 +265,7 @@ def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime,
     )
     for gpu_id, bucket, n, idle in minutes.iterator(chunk_size=5000):
         usage = out.setdefault(gpu_id, GpuUsage(gpu_id, gpu_host[gpu_id]))
-        usage.minutes[floor_hour(bucket)] = (n, idle)
+        usage.minutes[windows.floor_hour(bucket)] = (n, idle)
     return out
 
 
@@ -352,7 +345,8 @@ class TeamUsage:
 
 def collect(team: Team, lookback_days: int, now: dt.datetime | None = None,
             idle_threshold_pct: float = IDLE_UTIL_PCT) -> TeamUsage:
-    start, end = window(lookback_days, now)
+    w = windows.lookback(lookback_days, now)
+    start, end = w.start, w.end
     hosts = list(team.hosts.prefetch_related("gpus"))
     usage = gpu_usage(hosts, start, end, idle_threshold_pct)
     rows = host_costs(hosts, usage, start, end, idle_threshold_pct, now)

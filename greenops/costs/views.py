@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from greenops import windows
@@ -14,16 +14,9 @@ from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 
 
-def _lookback(request: HttpRequest) -> int:
-    raw = request.GET.get("lookback", "30")
-    if not raw.isdigit() or int(raw) not in windows.LOOKBACK_DAYS:
-        raise Http404("Unknown lookback")
-    return int(raw)
-
-
 @team_permission("team.view")
 def recommendations(request: HttpRequest, team: Team) -> HttpResponse:
-    days = _lookback(request)
+    days = windows.lookback_from_request(request)
     usage = collect(team, days)
     report = team_recommendations(team, days, usage=usage)
     charts = []
