@@ -86,6 +86,8 @@ def test_under_utilised_gpus_consolidate_with_the_hand_computed_saving(workload)
     assert advice.monthly.usd == pytest.approx(month_usd)
     assert d.effect.usd_per_month == pytest.approx(-month_usd * 0.5)
     assert d.effect.usd_saved == pytest.approx(month_usd * 0.5)
+    # No inferences were counted: nothing per inference, rather than a division by zero.
+    assert d.effect.j_per_inference_saved is None
     # 1,800 s of a 7-day window is 0 %: a low-confidence estimate, and it says why.
     assert d.confidence == "low" and "measured 0 % of the" in d.confidence_why
 
@@ -147,3 +149,22 @@ def test_diagnosis_page_shows_evidence_effect_and_unknowns(client, team_roles, t
     assert client.get(f"/teams/{team.slug}/advisor/workloads/{wl.slug}/?range=year"
                       ).status_code == 404
     assert client.get(f"/teams/{team.slug}/advisor/workloads/nope/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_under_utilised_saving_per_inference_at_the_measured_load(team, workload):
+    from greenops.kpis.models import KpiRollup, Period
+
+    wl, send = workload
+    send(profile_batch(util=20.0, mem_util=15.0, throttle=0x0))
+    w = week()
+    KpiRollup.objects.create(team=team, workload=wl, period=Period.HOUR,
+                             bucket=w.end - windows.HOUR, requests=36_000, success=36_000)
+    advice = diagnose.advise(wl, w)
+    (d,) = advice.diagnoses
+    # Half of 1,496,400 J saved over 36,000 inferences = 20.783 J per inference (the month's
+    # scale of 1,440 cancels: both energy and inferences are scaled by it).
+    assert advice.monthly.inferences == 36_000
+    assert d.effect.j_per_inference_saved == pytest.approx(1_496_400 * 0.5 / 36_000)
+    assert d.effect.usd_per_1k_saved == pytest.approx(
+        advice.monthly.usd * 0.5 / (36_000 * 1440) * 1000)

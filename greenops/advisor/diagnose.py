@@ -24,6 +24,8 @@ from greenops import windows
 from greenops.carbon.accounting import carbon_of
 from greenops.costs.accounting import cost_of
 from greenops.energy import it_energy
+from greenops.kpis import queries
+from greenops.kpis.models import Period
 from greenops.telemetry.models import GpuHour, GpuMinute
 from greenops.workloads.models import Workload
 
@@ -120,6 +122,7 @@ class Monthly:
     usd: float | None  # None: a host has no price
     usd_problem: str
     scale: float  # month seconds / measured seconds
+    inferences: int = 0  # counted in the window (KPI hour rollups), 0 when none were sent
 
 
 def monthly(workload: Workload, p: Profile) -> Monthly:
@@ -137,8 +140,11 @@ def monthly(workload: Workload, p: Profile) -> Monthly:
         month_h = MONTH_S / 3600
         usd = sum((line.hardware_usd * month_h / line.billed_hours if line.billed_hours
                    else 0.0) + line.electricity_usd * scale for line in cost.hosts.values())
+    requests = queries.kpis(workload.team, workload, p.window.start, p.window.end,
+                            Period.HOUR).get("requests") or 0
     return Monthly(kwh=energy.it_energy_kwh * scale, co2e_kg=carbon.co2e_kg * scale, usd=usd,
-                   usd_problem="; ".join(cost.problems) or "no price for a host", scale=scale)
+                   usd_problem="; ".join(cost.problems) or "no price for a host", scale=scale,
+                   inferences=int(requests))
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,9 @@ class Effect:
     usd_per_month: float | None = None
     method: str = ""
     unknown: str = ""
+    # At the measured load: the saving divided by the inferences of the same month.
+    j_per_inference_saved: float | None = None
+    usd_per_1k_saved: float | None = None
 
     # What a page says: "saves 299 kWh" reads better than "-299 kWh".
     @property
@@ -213,7 +222,15 @@ def _under_utilised(p: Profile, m: Monthly, conf: tuple[str, str]) -> Diagnosis 
     if needed < p.gpus:
         share = (p.gpus - needed) / p.gpus
         levers.insert(0, f"serve the measured load on {needed} of {p.gpus} GPUs")
+        month_inferences = m.inferences * m.scale
+        per_inference = {}
+        if month_inferences:
+            per_inference = {
+                "j_per_inference_saved": m.kwh * share * 3.6e6 / month_inferences,
+                "usd_per_1k_saved": None if m.usd is None
+                else m.usd * share / month_inferences * 1000}
         effect = Effect(
+            **per_inference,
             kwh_per_month=-m.kwh * share, co2e_kg_per_month=-m.co2e_kg * share,
             usd_per_month=None if m.usd is None else -m.usd * share,
             unknown="" if m.usd is not None else f"cost unknown: {m.usd_problem}",
