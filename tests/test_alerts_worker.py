@@ -74,6 +74,10 @@ def test_beat_evaluation_notification_exactly_once(users, team, alerts_worker):
         tasks.evaluate_rules.delay()
         tasks.evaluate_rule.delay(rule.id, tick)
         tasks.evaluate_rule.delay(rule.id, tick)
+        # Two different minutes at once on the two pool processes (a late beat message and
+        # the next one): both pass the per-minute claim, only one may notify.
+        later = (dt.datetime.fromisoformat(tick) + dt.timedelta(minutes=1)).isoformat()
+        tasks.evaluate_rule.delay(rule.id, later)
         wait_for(lambda: Notification.objects.filter(rule=rule).exists(), timeout=60)
         tasks.deliver_due.delay()
         tasks.deliver_due.delay()  # two beats, or one replayed

@@ -12,6 +12,7 @@ import datetime as dt
 
 from celery import shared_task
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from greenops.alerts import evaluate, notify
@@ -41,8 +42,14 @@ def evaluate_rule(rule_id: int, tick: str) -> str:
     at = dt.datetime.fromisoformat(tick)
     if not evaluate.claim(rule_id, at):
         return "already evaluated"
-    rule = Rule.objects.select_related("team", "host", "gpu__host", "workload").get(id=rule_id)
-    evaluate.run(rule, max(at, timezone.now()))
+    # The claim stops a second run of the same minute; two different minutes (a late beat
+    # message and the next one) can still run at once on two workers. Each would read the rule
+    # as "ok", both would record ok -> firing and both would notify. Holding the rule's row
+    # for the evaluation makes the second one read the first one's result.
+    with transaction.atomic():
+        rule = (Rule.objects.select_for_update(of=("self",))
+                .select_related("team", "host", "gpu__host", "workload").get(id=rule_id))
+        evaluate.run(rule, max(at, timezone.now()))
     return rule.state
 
 
