@@ -3,6 +3,8 @@ invitations (audit of issue 4)."""
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 
@@ -134,8 +136,11 @@ def test_delete_team_domain_function_checks_the_name(team, users):
 
 # --- withdrawing invitations -----------------------------------------------------------------
 
-def test_owner_withdraws_a_pending_invitation(client, users, team):
-    inv, link = invitations.invite(team, users["owner"], "dana@example.com", "viewer")
+def test_owner_withdraws_a_pending_invitation(client, users, team, mailoutbox,
+                                              django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):  # the mail task, after commit
+        inv, _ = invitations.invite(team, users["owner"], "dana@example.com", "viewer")
+    link = re.search(r"https?://\S+/invitations/\S+/", mailoutbox[-1].body)[0]
     client.force_login(users["owner"])
     page = client.get(f"/teams/{team.slug}/members/").content.decode()
     url = f"/teams/{team.slug}/members/invitations/{inv.id}/withdraw"
