@@ -285,6 +285,27 @@ CELERY_BEAT_SCHEDULE = {
     "reports-monthly": {"task": "greenops.reports.tasks.schedule_monthly", "schedule": 3600.0},
 }
 
+# (soft, hard) time limits of each beat task, in seconds. At the soft limit Celery raises
+# SoftTimeLimitExceeded inside the task (each batch/bucket it already finished stays stored); at
+# the hard limit the worker kills the process. greenops.beat.single_flight keeps a run from
+# starting while the previous one still works, and its lock expires at the hard limit, so a
+# limit longer than the schedule's period does not pile runs up. The embedded default runs beat
+# in a thread, where Celery enforces no time limit.
+BEAT_TASK_TIME_LIMITS_S: dict[str, tuple[int, int]] = {
+    "greenops.telemetry.tasks.process_pending_batches": (240, 300),
+    "greenops.telemetry.tasks.prune_batches": (1800, 1900),
+    "greenops.kpis.tasks.rollup_kpis": (600, 660),
+    "greenops.costs.tasks.refresh_prices": (600, 660),
+    "greenops.alerts.tasks.evaluate_rules": (50, 60),  # only fans out one task per rule
+    "greenops.alerts.tasks.deliver_due": (50, 60),  # only fans out one task per channel
+    "greenops.alerts.tasks.prune_values": (1800, 1900),
+    "greenops.reports.tasks.schedule_monthly": (1800, 1900),
+}
+CELERY_TASK_ANNOTATIONS = {
+    name: {"soft_time_limit": soft_s, "time_limit": hard_s}
+    for name, (soft_s, hard_s) in BEAT_TASK_TIME_LIMITS_S.items()
+}
+
 # Failed login and enrollment attempts allowed per client (and username, for login) per window.
 RATELIMIT_ENABLED = envbool("RATELIMIT_ENABLED", True)
 RATELIMIT_WINDOW_S = envint("RATELIMIT_WINDOW_S", 900)

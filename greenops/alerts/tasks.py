@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from greenops.alerts import evaluate, notify
 from greenops.alerts.models import Channel, Rule, RuleValue
+from greenops.beat import single_flight
 
 
 def tick_of(now: dt.datetime) -> dt.datetime:
@@ -24,6 +25,7 @@ def tick_of(now: dt.datetime) -> dt.datetime:
 
 
 @shared_task
+@single_flight
 def evaluate_rules() -> int:
     """Beat: one evaluate_rule task per enabled rule, all for the same minute."""
     tick = tick_of(timezone.now()).isoformat()
@@ -54,6 +56,7 @@ def evaluate_rule(rule_id: int, tick: str) -> str:
 
 
 @shared_task
+@single_flight
 def deliver_due() -> int:
     """Beat: a delivery task per channel with notifications due (new ones and retries)."""
     ids = notify.due_channel_ids()
@@ -72,6 +75,7 @@ def deliver_channel(channel_id: int) -> int:
 
 
 @shared_task
+@single_flight
 def prune_values(keep_days: int | None = None) -> int:
     days = keep_days or settings.ALERTS_KEEP_VALUES_DAYS
     cutoff = timezone.now() - dt.timedelta(days=days)

@@ -6,11 +6,13 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from greenops.beat import single_flight
 from greenops.costs import aws_refresh, catalog
 from greenops.costs.models import PriceRefresh
 
 
 @shared_task
+@single_flight
 def refresh_prices() -> dict:
     """Beat task: make sure the bundled snapshot is loaded, then refresh from AWS where
     credentials exist. Without them the snapshot stays, labelled with its date."""

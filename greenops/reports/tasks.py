@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from greenops.beat import single_flight
 from greenops.reports import generate
 
 
@@ -14,6 +15,7 @@ def generate_report(report_id: int) -> str:
 
 
 @shared_task
+@single_flight
 def schedule_monthly() -> list[int]:
     """Beat, hourly: the previous month's report for every team whose month has closed in its
     own time zone, after REPORTS_GRACE_HOURS for late data."""

@@ -8,6 +8,7 @@ from celery import shared_task
 from django.db import OperationalError, transaction
 from django.utils import timezone
 
+from greenops.beat import single_flight
 from greenops.telemetry import ingest
 
 
@@ -25,6 +26,7 @@ def store_batch(batch_id: str) -> int | None:
 
 
 @shared_task
+@single_flight
 def process_pending_batches(older_than_s: int = 60, limit: int = 500) -> int:
     """Beat safety net: batches whose queue message was lost (broker restart) still get stored."""
     cutoff = timezone.now() - dt.timedelta(seconds=older_than_s)
@@ -35,6 +37,7 @@ def process_pending_batches(older_than_s: int = 60, limit: int = 500) -> int:
 
 
 @shared_task
+@single_flight
 def prune_batches(keep_days: int = 14) -> int:
     """Processed batch rows only serve replay detection; an agent never resends after days."""
     from greenops.telemetry.models import IngestBatch
