@@ -138,6 +138,36 @@ def status_server_lines(config) -> list[str]:
     if config.token:
         who = probe.whoami(config.server, config.token, timeout_s=3.0)
         lines.append(token_line(who))
+        if who.ok:
+            lines.extend(server_view_lines(who.doc))
+    return lines
+
+
+SILENT_WARN_S = 120  # the server's online window (greenops.telemetry.host_status)
+
+
+def server_view_lines(doc: dict) -> list[str]:
+    """What the server has of this host: when its last batch came (an agent that stopped
+    sending shows here even when this process cannot tell), and batches it accepted but has
+    not stored yet (a data lag on the server side, not in this spool). Older servers send
+    neither; then nothing is said."""
+    lines = []
+    silent = doc.get("silent_s")
+    if "silent_s" in doc:
+        if silent is None:
+            lines.append("last batch:      none received yet by the server")
+        elif silent > SILENT_WARN_S:
+            lines.append(f"last batch:      {silent:.0f} s ago -- AGENT STOPPED SENDING? "
+                         "(is greenops-agent run running?)")
+        else:
+            lines.append(f"last batch:      {silent:.0f} s ago")
+    pending = doc.get("pending_batches")
+    if isinstance(pending, int):
+        if pending:
+            lines.append(f"data lag:        {pending} batch(es) accepted, not yet stored; oldest "
+                         f"{doc.get('data_lag_s') or 0:.0f} s (server workers down or behind)")
+        else:
+            lines.append("data lag:        none (every accepted batch is stored)")
     return lines
 
 

@@ -18,7 +18,7 @@ from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import enrollment
 from greenops.telemetry.host_auth import host_token
-from greenops.telemetry.host_status import host_statuses
+from greenops.telemetry.host_status import host_status, host_statuses
 from greenops.telemetry.models import Host
 
 router = Router(tags=["hosts"])
@@ -76,7 +76,12 @@ def get_time(request: HttpRequest):
             summary="Which host this host token belongs to (the agent's status/doctor check)")
 def get_whoami(request: HttpRequest):
     host = request.auth
-    return {"host": host.name, "team": host.team.slug, "gpus": host.gpus.count()}
+    s = host_status(host)
+    # What the server sees of this host, for `greenops-agent status`: how long since its last
+    # batch, and batches accepted but not yet stored (the data lag, a server-side backlog).
+    return {"host": host.name, "team": host.team.slug, "gpus": len(s.gpu_names),
+            "silent_s": s.silent_s, "pending_batches": s.pending_batches,
+            "data_lag_s": s.data_lag_s}
 
 
 @router.get("/teams/{slug}/hosts", auth=django_auth, response={200: list[dict], 403: ErrorOut,
