@@ -61,7 +61,9 @@ def test_enrollment_registers_host_gpus_and_facts(client, team, enroll_token):
     assert AuditEvent.objects.filter(team=team, action="host.enrolled", target="gpu-a1").exists()
     # The new token works for ingest at once.
     who = client.get("/api/v1/agent/whoami", HTTP_AUTHORIZATION=f"Bearer {body['token']}")
-    assert who.json() == {"host": "gpu-a1", "team": team.slug, "gpus": 2}
+    # Just enrolled: the agent has sent nothing yet, so nothing is pending and no batch came.
+    assert who.json() == {"host": "gpu-a1", "team": team.slug, "gpus": 2, "silent_s": None,
+                          "pending_batches": 0, "data_lag_s": None}
 
 
 def test_enrollment_token_used_twice_is_rejected(client, enroll_token):
