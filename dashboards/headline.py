@@ -229,3 +229,21 @@ def _remainder(total: list[float | None], parts: dict[str, list[float | None]]
 
 def _round(values: list[float | None], digits: int) -> list[float | None]:
     return [None if v is None else round(v, digits) for v in values]
+
+
+@dataclass
+class Firing:
+    """What the team's alert rules say now: the rules firing and how many rules are watched."""
+
+    rules: list
+    rules_total: int
+
+
+def firing_alerts(team: Team) -> Firing:
+    """The team's firing alert rules (state as the alerts evaluator last wrote it) and the
+    number of enabled rules, so an empty list can say how much is being watched."""
+    from greenops.alerts.models import Rule
+
+    rules = Rule.objects.filter(team=team)
+    return Firing(rules=list(rules.firing().for_page()),
+                  rules_total=rules.filter(enabled=True).count())

@@ -39,6 +39,7 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
         "team": team,
         "head": headline.headline(team, key, now),
         "recommendations": headline.top_recommendations(team, now),
+        "firing": headline.firing_alerts(team),
         "usage": fleet_series,
         "figures": {
             **figures.fleet_figures(fleet_series),

@@ -163,3 +163,43 @@ def test_small_figures_keep_significant_digits_and_large_ones_get_separators():
     assert num(1234567.891, 2) == "1,234,567.89"
     assert num(1582137, 0) == "1,582,137"
     assert num(None) == "–"
+
+
+def test_home_shows_what_is_firing_and_only_for_its_own_team(client, users, team, other_team):
+    """Firing and Recovering rules are listed with a link to the rule page; OK, Pending,
+    disabled and the other team's firing rules are not."""
+    from greenops.alerts.models import Rule, RuleKind, State
+
+    def rule(t, name, state, enabled=True):
+        return Rule.objects.create(team=t, name=name, kind=RuleKind.THRESHOLD,
+                                   kpi="energy_per_inference_j", fire_level=2.5,
+                                   state=state, enabled=enabled, last_value=3.0)
+
+    client.force_login(users["member"])
+    # No rules yet: a clear line, not an empty block.
+    html = client.get(f"/teams/{team.slug}/").content.decode()
+    assert "No alerts firing (0 rules)" in html
+
+    hot = rule(team, "Energy per inference high", State.FIRING)
+    cooling = rule(team, "Cooling down", State.RECOVERING)
+    rule(team, "Quiet rule", State.OK)
+    rule(team, "Waiting rule", State.PENDING)
+    rule(team, "Switched off", State.FIRING, enabled=False)
+    theirs = rule(other_team, "Speech secret rule", State.FIRING)
+
+    html = client.get(f"/teams/{team.slug}/").content.decode()
+    block = html.split('id="firing"', 1)[1].split("<h2", 1)[0]
+    assert f'href="/teams/{team.slug}/alerts/{hot.id}/"' in block
+    assert f'href="/teams/{team.slug}/alerts/{cooling.id}/"' in block
+    assert "Energy per inference high" in block and "3.00 J" in block
+    for absent in ("Quiet rule", "Waiting rule", "Switched off"):
+        assert absent not in block, absent
+    # 4 enabled rules of this team; 2 firing. The other team's rule appears nowhere.
+    assert "2 of 4 enabled rules firing" in block
+    assert "Speech secret rule" not in html and f"/alerts/{theirs.id}/" not in html
+
+    # Nothing firing: the line counts the team's enabled rules.
+    Rule.objects.filter(team=team, state__in=[State.FIRING, State.RECOVERING]).update(
+        state=State.OK)
+    html = client.get(f"/teams/{team.slug}/").content.decode()
+    assert "No alerts firing (4 rules)" in html

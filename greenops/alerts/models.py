@@ -144,6 +144,12 @@ class RuleQuerySet(models.QuerySet):
     def for_page(self) -> RuleQuerySet:
         return self.select_related("host", "gpu__host", "workload").prefetch_related("channels")
 
+    def firing(self) -> RuleQuerySet:
+        """Enabled rules whose condition holds now: Firing, or Recovering (still firing until
+        the clear level holds for its for-minutes), longest-firing first."""
+        return (self.filter(enabled=True, state__in=[State.FIRING, State.RECOVERING])
+                .order_by("state_since", "id"))
+
 
 class Rule(models.Model):
     team = models.ForeignKey(Team, models.CASCADE, related_name="alert_rules")
