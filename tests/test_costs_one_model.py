@@ -113,7 +113,8 @@ def test_idle_gpu_minutes_give_idle_cost_and_stop_idle(team):
 def test_a_gpu_busy_only_in_bursts_is_not_counted_as_used_for_rightsizing(team):
     # g5.12xlarge (4 x A10G): GPU 0 busy at 80 %, GPUs 1-3 bursty (3 busy minutes an hour,
     # hourly average 5 %: "used" when judged by hours). By minutes only GPU 0 is used, so the
-    # host fits a g5.xlarge: (5.672 - 1.006) $/h x 100 h x 730 / 168 = $2027.49 a month.
+    # host fits a g5.xlarge: (5.672 - 1.006) $/h x 100 h x 730 / 720 = $473.08 a month (the
+    # 30-day savings basis, whatever the 7-day lookback; enrolled long before it).
     host, _ = make_host(team, gpus=4)
     host.instance_type = "g5.12xlarge"
     host.save()
@@ -127,7 +128,7 @@ def test_a_gpu_busy_only_in_bursts_is_not_counted_as_used_for_rightsizing(team):
     recs = team_recommendations(team, 7, NOW, pue=1.1, intensity_g_per_kwh=400.0)
     [r] = [r for r in recs["recommendations"] if r["kind"] == "rightsize"]
     assert r["detail"]["to"] == "g5.xlarge"
-    assert r["monthly_usd_saved"] == pytest.approx(4.666 * 100 * 730 / 168)
+    assert r["monthly_usd_saved"] == pytest.approx(4.666 * 100 * 730 / 720)
 
 
 def test_methodology_page_states_the_cost_idle_refresh_and_team_inference_rules(client, users):

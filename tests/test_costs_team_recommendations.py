@@ -9,12 +9,21 @@ import pytest
 
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.workloads.models import Workload
-from tests.conftest import make_host
-from tests.test_costs_accounting import NOW, add_hours, set_price
+from tests.conftest import make_host as _make_host
+from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
 
-HOURS = 100 * 730 / 168  # 100 running hours in a 7-day window, scaled to a month: 434.52 h
+# 100 running hours in the last 30 days (the savings basis, whatever the 7-day lookback shown),
+# projected to a month: 100 x 730 / 720 = 101.39 h
+HOURS = 100 * 730 / 720
 P4D = 21.957642  # the catalog's p4d on-demand rate: p4de (27.44705) is no cheaper A100 to move to
 IDLE_FAMILY = ("stop_idle", "consolidate", "rightsize")
+
+
+def make_host(team, name: str = "gpu-node-1", gpus: int = 2):
+    """A host enrolled long before the savings basis: its 30 days are all history."""
+    host, token = _make_host(team, name=name, gpus=gpus)
+    enrolled(host, END - dt.timedelta(days=90))
+    return host, token
 
 
 def recs(team) -> list[dict]:
@@ -34,9 +43,9 @@ def test_a_host_is_rightsized_or_consolidated_never_both(team):
         add_hours(g, 100, 1.0, kwh_per_hour=0.02, mem_mib=500.0)
     found = [r for r in recs(team) if r["kind"] in IDLE_FAMILY]
     assert [r["kind"] for r in found] == ["rightsize"]
-    # (5.672 - 1.006) $/h x 434.52 h = 2027.49 $/month
+    # (5.672 - 1.006) $/h x 101.39 h = 473.08 $/month
     assert found[0]["monthly_usd_saved"] == pytest.approx(4.666 * HOURS)
-    # never more than the host costs a month: 5.672 x 434.52 = 2464.65 $
+    # never more than the host costs a month: 5.672 x 101.39 = 575.08 $
     assert sum(r["monthly_usd_saved"] for r in found) <= 5.672 * HOURS
 
 
@@ -53,7 +62,7 @@ def test_two_half_idle_hosts_free_one_whole_host(team):
     assert [r["kind"] for r in found] == ["consolidate"]
     [c] = found
     assert c["detail"]["freed"] == ["node-b"] and "onto fewer hosts" in c["title"]
-    # one host's 434.52 h a month at 21.957642 $/h = 9541.07 $, half of the two hosts' cost
+    # one host's 101.39 h a month at 21.957642 $/h = 2226.26 $, half of the two hosts' cost
     assert c["monthly_usd_saved"] == pytest.approx(P4D * HOURS)
     assert c["pct_saved"] == pytest.approx(50.0)
     # the freed host's 2 GPUs at the idle draw of 0.05 kW each, PUE 1.1
@@ -78,7 +87,7 @@ def test_stopping_an_idle_host_saves_the_hours_it_runs(team):
         add_hours(g, 100, 1.0, kwh_per_hour=0.05)
     [s] = [r for r in recs(team) if r["kind"] in IDLE_FAMILY]
     assert s["kind"] == "stop_idle"
-    assert s["monthly_usd_saved"] == pytest.approx(P4D * HOURS)  # 9541.07 $, not x 730 h
+    assert s["monthly_usd_saved"] == pytest.approx(P4D * HOURS)  # 2226.26 $, not x 730 h
 
 
 @pytest.fixture
@@ -110,7 +119,7 @@ def test_a_workload_on_half_a_host_claims_half_its_spot_saving(team, shared_host
     by_subject = {r["subject"]: r for r in recs(team) if r["kind"] in ("spot", "stay_on_demand")}
     spot = by_subject["trainer"]
     assert spot["kind"] == "spot"
-    # (20 - 8.000228) $/h x 100 h x 1/2 x 730/168 = 2607.09 $/month, not the whole host's
+    # (20 - 8.000228) $/h x 100 h x 1/2 x 730/720 = 608.32 $/month, not the whole host's
     assert spot["monthly_usd_saved"] == pytest.approx((20 - SPOT_EFFECTIVE) * HOURS / 2)
     assert spot["detail"]["gpu_share"] == pytest.approx(0.5)
     assert spot["detail"]["shared_with"] == ["chat"]

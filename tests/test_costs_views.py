@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from greenops.workloads.models import Workload
 from tests.conftest import make_host
-from tests.test_costs_accounting import add_hours, set_price
+from tests.test_costs_accounting import add_hours, enrolled, set_price
 
 
 def hour_end() -> dt.datetime:
@@ -89,6 +89,7 @@ def test_flat_load_recommends_reserved_end_to_end(client, users, team):
 def test_office_hours_load_gets_no_commitment_but_spot_for_checkpointed_training(
         client, users, team):
     host, _ = make_host(team)
+    enrolled(host, hour_end() - dt.timedelta(days=90))  # the savings basis is 30 whole days
     end = hour_end()
     for gpu in host.gpus.all():
         for day in range(7):  # 8 hours a day, 5 days of the last week
@@ -105,14 +106,22 @@ def test_office_hours_load_gets_no_commitment_but_spot_for_checkpointed_training
     kinds = {r["kind"]: r for r in recs}
     assert "commit" not in kinds and kinds["no_commitment"]["monthly_usd_saved"] == 0.0
     spot = kinds["spot"]
-    # 40 host-hours in 168 -> 40 x 730/168 = 173.81 h/month; overhead 0.10/730 x 25/60
+    # 40 host-hours in the 720 of the 30-day savings basis (the 7-day lookback does not
+    # change it) -> 40 x 730/720 = 40.56 h/month; overhead 0.10/730 x 25/60
     overhead = 0.10 / 730 * 25 / 60
-    hours = 40 * 730 / 168
+    hours = 40 * 730 / 720
     assert spot["monthly_usd_saved"] == pytest.approx((32.7726 - 12.0 * (1 + overhead)) * hours)
+    # the page states the basis, and the 7-day and 30-day pages show the same spot figure
+    pages = [client.get(f"/teams/{team.slug}/costs/?lookback={d}").content.decode()
+             for d in (7, 30)]
+    assert "projected from the latest 30 days whatever the lookback" in pages[0]
+    shown = f"${spot['monthly_usd_saved']:.2f}"
+    assert shown in pages[0] and shown in pages[1]
 
 
 def test_gpu_idle_for_days_is_stopped(client, users, team):
     host, _ = make_host(team)
+    enrolled(host, hour_end() - dt.timedelta(days=90))
     for gpu in host.gpus.all():
         add_hours(gpu, 72, 1.0, end=hour_end(), kwh_per_hour=0.05)
     fresh_p4d_prices()
@@ -121,9 +130,10 @@ def test_gpu_idle_for_days_is_stopped(client, users, team):
         "recommendations"]
     stop = next(r for r in recs if r["kind"] == "stop_idle")
     assert stop["subject"] == host.name
-    # it ran 72 of the week's 168 hours: 72 x 730/168 = 312.86 h a month, not 730
-    assert stop["monthly_usd_saved"] == pytest.approx(32.7726 * 72 * 730 / 168)
-    # 2 GPUs x 0.05 kW x 312.86 h, PUE and intensity from the carbon app
+    # it ran 72 of the savings basis' 720 hours (30 days, whatever the lookback):
+    # 72 x 730/720 = 73 h a month, not 730
+    assert stop["monthly_usd_saved"] == pytest.approx(32.7726 * 72 * 730 / 720)
+    # 2 GPUs x 0.05 kW x 73 h, PUE and intensity from the carbon app
     assert stop["kwh_per_month"] < 0
 
 

@@ -17,7 +17,12 @@ from greenops.carbon import accounting, emissions_csv, intensity
 from greenops.carbon.models import HostEnergyHour, Site
 from greenops.carbon.runs import runs_with_totals
 from greenops.costs.accounting import IDLE_UTIL_PCT
-from greenops.costs.team_recommendations import IDLE_HOURS, IDLE_SHARE, MIN_COMMIT_DAYS
+from greenops.costs.team_recommendations import (
+    BASIS_DAYS,
+    IDLE_HOURS,
+    IDLE_SHARE,
+    MIN_COMMIT_DAYS,
+)
 from greenops.errors import FieldError
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
@@ -102,6 +107,7 @@ def methodology(request: HttpRequest) -> HttpResponse:
         "idle_hours": IDLE_HOURS,
         "idle_share_pct": round(IDLE_SHARE * 100),
         "min_commit_days": MIN_COMMIT_DAYS,
+        "savings_basis_days": BASIS_DAYS,
         "world_average": intensity.world_average(),
         "regions": regions,
         "files": [intensity.COUNTRY_FILE, intensity.US_STATE_FILE, intensity.GCP_FILE,

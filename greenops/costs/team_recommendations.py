@@ -7,6 +7,7 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import asdict
 
+from greenops import windows
 from greenops.carbon.accounting import site_factors
 from greenops.costs import recommend as rec
 from greenops.costs.accounting import (
@@ -23,6 +24,10 @@ from greenops.teams.models import Team
 from greenops.telemetry.models import Host, PurchaseOption
 
 MIN_COMMIT_DAYS = 30  # a commitment is sized on at least this much measured history
+# Monthly savings of spot, stop-idle, consolidation and right-sizing are projected from the
+# latest BASIS_DAYS of history whatever lookback the page shows, so that a busy last week does
+# not make a 7-day lookback promise four times what the 30-day one does (issue 8 item 14).
+BASIS_DAYS = 30
 IDLE_HOURS = 48  # "idle for days": reported in every one of the last 48 hours, and
 IDLE_SHARE = 0.9  # under the threshold in at least 90% of those minutes (minute rollups: an
 # hourly average hides a GPU that idles 54 minutes of every hour)
@@ -95,12 +100,46 @@ def measured_days(tu: TeamUsage, hosts: list[Host]) -> int:
     return 0 if first is None else int((tu.end - first) / dt.timedelta(days=1))
 
 
+def measured_hours(tu: TeamUsage, hosts: list[Host]) -> int:
+    """Whole hours of the window these hosts could have reported in: from the earliest's
+    enrollment (or the window's start) to its end, and never less than from their first
+    report. The history a monthly projection rests on: hours they were enrolled but did not
+    run count as not running (0 when they never reported)."""
+    ids = {h.id for h in hosts}
+    first = min((b for u in tu.usage.values() if u.host_id in ids for b in u.hours),
+                default=None)
+    if first is None:
+        return 0
+    enrolled = min((h.created_at for h in hosts if h.created_at is not None), default=None)
+    if enrolled is not None:
+        first = min(first, max(tu.start, windows.floor_hour(enrolled)))
+    return int((tu.end - first) / dt.timedelta(hours=1))
+
+
+def to_month(tu: TeamUsage, hosts: list[Host]) -> float:
+    """Factor from what these hosts did in the basis window to a month: a month's hours over
+    the hours they were measured (a host enrolled 10 days ago is projected from those 10
+    days, not diluted over 30)."""
+    hours = measured_hours(tu, hosts)
+    return HOURS_PER_MONTH / hours if hours else 0.0
+
+
 def _measured_note(tu: TeamUsage, hosts: list[Host]) -> str:
-    days = measured_days(tu, hosts)
-    if days >= MIN_COMMIT_DAYS:
-        return ""
-    return (f" Based on {days} days measured, scaled to a month: a longer lookback gives a "
-            "steadier figure.")
+    days = measured_hours(tu, hosts) / 24
+    if days >= BASIS_DAYS:
+        return (f" Monthly figures are based on the last {BASIS_DAYS} days measured, "
+                "whatever the lookback.")
+    return (f" Monthly figures are based on only {days:.1f} days measured, scaled to a month: "
+            "they firm up as history grows.")
+
+
+def savings_basis(tu: TeamUsage, now: dt.datetime | None,
+                  idle_threshold_pct: float) -> TeamUsage:
+    """The usage monthly savings are projected from: the latest BASIS_DAYS (the page's own
+    usage when its lookback is exactly that)."""
+    if tu.lookback_days == BASIS_DAYS:
+        return tu
+    return collect(tu.team, BASIS_DAYS, now, idle_threshold_pct)
 
 
 def _commit_options(od: Price, commits: list[Price]) -> tuple[list[Price], list[str]]:
@@ -181,7 +220,6 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
     """Spot per workload, sized by the workload's share of each host. Spot is bought per
     machine, so a workload sharing a host is told who else would move with it."""
     out = []
-    to_month = HOURS_PER_MONTH / tu.window_hours
     shares, on_host = _gpu_shares(tu)
     for w in tu.team.workloads.all():
         traits = rec.WorkloadTraits(w.name, w.kind, w.interruptible, w.checkpoint_interval_min,
@@ -196,8 +234,9 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
             od = hosts[0].price.price
             spot = find_price(hosts[0].host.provider or "aws", region, itype, PriceOption.SPOT)
             p, i, carbon = carbon_factors(hosts[0].host, pue, intensity)
-            hours = sum(h.running_hours * share[h.host.id] for h in hosts) * to_month
-            kwh = sum(h.energy_kwh * share[h.host.id] for h in hosts) * to_month * p
+            month = to_month(tu, [h.host for h in hosts])
+            hours = sum(h.running_hours * share[h.host.id] for h in hosts) * month
+            kwh = sum(h.energy_kwh * share[h.host.id] for h in hosts) * month * p
             r = rec.spot_fit(traits, float(od.usd_per_hour),
                              float(spot.usd_per_hour) if spot else None,
                              spot.interruption_band if spot else "", hours, kwh, i)
@@ -207,6 +246,7 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
                 r.subject = f"{w.name} on {itype} in {region}"
             _note_sharing(r, w.name, hosts, share, on_host)
             r.reasoning += _measured_note(tu, [h.host for h in hosts])
+            r.detail = {**r.detail, "basis_days": measured_hours(tu, [h.host for h in hosts]) / 24}
             out.append(_finish(r, [od, *([spot] if spot else [])], now, carbon))
     return out
 
@@ -246,25 +286,27 @@ def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
     by_host: dict[int, list[GpuUsage]] = defaultdict(list)
     for u in tu.usage.values():
         by_host[u.host_id].append(u)
-    to_month = HOURS_PER_MONTH / tu.window_hours
     groups: dict[tuple, list[tuple[HostCost, rec.HostLoad]]] = defaultdict(list)
     for r in tu.rows:
         if r.price is None:
             continue
         p, i, carbon = carbon_factors(r.host, pue, intensity)
         gpus = by_host.get(r.host.id, [])
-        hours_per_month = r.running_hours * to_month
+        hours_per_month = r.running_hours * to_month(tu, [r.host])
+        note = _measured_note(tu, [r.host])
         used_prices = [r.price.price] if r.price.price else []
         idle, kw = ([], 0.0)
         if tu.window_hours >= IDLE_HOURS:
             idle, kw = _idle_streak(gpus, tu.end, IDLE_HOURS, threshold)
         if idle and len(idle) >= r.gpu_count:
-            out.append(_finish(rec.stop_idle(r.host.name, r.price.option, r.price.usd_per_hour,
-                                             r.gpu_count, IDLE_HOURS, kw, p, i,
-                                             hours_per_month), used_prices, now, carbon))
+            found_stop = rec.stop_idle(r.host.name, r.price.option, r.price.usd_per_hour,
+                                       r.gpu_count, IDLE_HOURS, kw, p, i, hours_per_month)
+            found_stop.reasoning += note
+            out.append(_finish(found_stop, used_prices, now, carbon))
             continue
         found = _rightsize(r, gpus, threshold, hours_per_month, p, i)
         if found is not None:
+            found[0].reasoning += note
             out.append(_finish(found[0], [*used_prices, found[1]], now, carbon))
             continue
         if idle:
@@ -277,6 +319,7 @@ def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
         subject = first.host.name if len(members) == 1 else f"{itype} in {region}"
         found = rec.consolidate(subject, option, [m for _, m in members], p, i)
         if found is not None:
+            found.reasoning += _measured_note(tu, [r.host for r, _ in members])
             prices = list({r.price.price.pk: r.price.price for r, _ in members
                            if r.price.price}.values())
             out.append(_finish(found, prices, now, carbon))
@@ -325,8 +368,9 @@ def team_recommendations(team: Team, lookback_days: int, now: dt.datetime | None
     tu = usage or collect(team, lookback_days, now, idle_threshold_pct)
     od_rows = [r for r in tu.rows if r.price is not None and r.price.price is not None
                and r.host.purchase_option == PurchaseOption.ON_DEMAND]
-    recs = (_commitments(tu, od_rows, now) + _spot(tu, pue, intensity_g_per_kwh, now)
-            + _host_checks(tu, pue, intensity_g_per_kwh, idle_threshold_pct, now))
+    basis = savings_basis(tu, now, idle_threshold_pct)
+    recs = (_commitments(tu, od_rows, now) + _spot(basis, pue, intensity_g_per_kwh, now)
+            + _host_checks(basis, pue, intensity_g_per_kwh, idle_threshold_pct, now))
     recs.sort(key=lambda r: (-r["monthly_usd_saved"], r["kind"], r["subject"]))
     return {
         "team": team.slug,
@@ -334,6 +378,10 @@ def team_recommendations(team: Team, lookback_days: int, now: dt.datetime | None
         "start": tu.start.isoformat(),
         "end": tu.end.isoformat(),
         "method": "estimate from measured GPU-hour rollups and catalog prices",
+        # Commitments use the lookback (and need 30 days of it); the other savings always use
+        # the latest BASIS_DAYS, so they do not swing with the lookback.
+        "savings_basis": {"days": BASIS_DAYS, "start": basis.start.isoformat(),
+                          "end": basis.end.isoformat()},
         # Each recommendation carries the factors it was computed with; these are all of them.
         "carbon_source": "; ".join(dict.fromkeys(r["carbon_source"] for r in recs
                                                  if r["carbon_source"])),
