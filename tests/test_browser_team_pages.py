@@ -3,6 +3,8 @@ console errors and without sideways scrolling, and the home leads with its headl
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.browser import log_in, page  # noqa: F401  (fixture)
@@ -36,6 +38,7 @@ def test_every_team_page_fits_a_phone_and_a_desktop(live_server, page, users, te
     page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
     log_in(page, live_server.url, "owner", "pw-owner")
     base = f"{live_server.url}/teams/{team.slug}/"
+    shots = os.environ.get("GREENOPS_SHOTS")
     for width in (1440, 390):
         page.set_viewport_size({"width": width, "height": 900})
         for path in TEAM_PAGES:
@@ -47,6 +50,10 @@ def test_every_team_page_fits_a_phone_and_a_desktop(live_server, page, users, te
             overflow = page.evaluate("document.documentElement.scrollWidth"
                                      " - document.documentElement.clientWidth")
             assert overflow <= 0, f"{path or 'home'} scrolls sideways by {overflow} px at {width}"
+            if shots and path in ("", "kpis/"):
+                # GREENOPS_SHOTS=DIR keeps full-page screenshots to look at (not asserted).
+                name = path.strip("/") or "home"
+                page.screenshot(path=f"{shots}/{name}-{width}.png", full_page=True)
         page.goto(base)
         for key in ("cost_usd", "energy_kwh", "co2e_kg", "gpu_util_pct"):
             text = page.locator(f"[data-kpi='{key}']").first.inner_text()

@@ -40,7 +40,7 @@ def test_overview_shows_cards_with_sources_and_the_simulated_label(client, users
     assert 'data-kpi="energy_kwh">1.000 kWh' in html  # 3.6 MJ
     assert 'data-kpi="facility_energy_kwh">1.500 kWh' in html  # x PUE 1.5
     assert 'data-kpi="co2e_kg">0.600 kg CO2e' in html  # x 400 g/kWh
-    assert 'data-kpi="energy_per_inference_j">3600.00 J' in html
+    assert 'data-kpi="energy_per_inference_j">3,600.00 J' in html
     assert "400 g/kWh (test table: A)" in html and "Includes simulated data" in html
     assert "fig-kpi-energy" in html and "warm-up run" in html
 
@@ -213,7 +213,7 @@ def test_workload_page_shows_prometheus_percentiles_timings_and_tokens(client, u
     assert k["latency_p50_ms"] == pytest.approx(1916.6666667)
     assert k["latency_p99_ms"] == pytest.approx(16_250.0)
     html = r.content.decode()
-    assert 'data-kpi="latency_p99_ms">16250.0 ms' in html
+    assert 'data-kpi="latency_p99_ms">16,250.0 ms' in html
     # Time to first token: 75 new observations, all above 2,560 s in this page (only +Inf
     # moved), so its percentiles are the highest finite bound; mean (13.6 - 9.12) s / 75.
     ttft = next(t for t in k["timings"] if t["name"] == "first_token")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.db.models import Max
+
 from greenops import windows
 from greenops.kpis import metrics
 from greenops.kpis.models import KpiRollup, Period
@@ -56,7 +58,8 @@ COMPARABLE_COVERAGE = 0.8
 
 CARD_KEYS = ("energy_kwh", "facility_energy_kwh", "co2e_kg", "cost_usd", "gpu_util_pct",
              "requests", "throughput_per_s", "energy_per_inference_j",
-             "co2e_per_1k_inferences_g", "latency_p99_ms")
+             "co2e_per_1k_inferences_g", "energy_per_token_j", "latency_p50_ms",
+             "latency_p99_ms")
 
 
 def overview(team: Team, workload: Workload | None, range_key: str,
@@ -71,12 +74,16 @@ def overview(team: Team, workload: Workload | None, range_key: str,
     # through it) is a measurement artefact, not a trend: compare only like with like.
     buckets_now = rows(team, workload, period, start, end).count()
     buckets_before = rows(team, workload, period, start - span, start).count()
+    # The newest bucket is the current, still filling one: rollup.run rewrites it every beat
+    # tick (settings CELERY_BEAT_SCHEDULE "kpi-rollups"), so the page says how fresh it is.
+    as_of = rows(team, workload, period, start, end).aggregate(m=Max("computed_at"))["m"]
     comparable = buckets_now > 0 and buckets_before >= COMPARABLE_COVERAGE * buckets_now
     changes = {k: metrics.change_pct(current.get(k), previous.get(k)) if comparable else None
                for k in CARD_KEYS}
     return {"range": range_key, "label": w.label, "period": period, "start": start.isoformat(),
             "end": end.isoformat(), "current": current, "previous": previous,
             "change_pct": changes, "comparable": comparable,
+            "as_of": as_of.astimezone(dt.UTC).isoformat() if as_of else None,
             "previous_partial": 0 < buckets_before < COMPARABLE_COVERAGE * buckets_now}
 
 

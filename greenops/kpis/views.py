@@ -21,9 +21,14 @@ def _cards(ov: dict) -> list[dict]:
             ("Inferences", "requests", "", 0), ("Throughput", "throughput_per_s", "/s", 2),
             ("Energy per inference", "energy_per_inference_j", "J", 2),
             ("Carbon per 1k inferences", "co2e_per_1k_inferences_g", "g", 3),
-            ("p99 latency", "latency_p99_ms", "ms", 1)]
+            ("Energy per token", "energy_per_token_j", "J", 3),
+            ("p50 latency", "latency_p50_ms", "ms", 1), ("p99 latency", "latency_p99_ms", "ms", 1)]
     # Rates say how much of the period they were measured over ("measured 1 min of 24 h").
     notes = {"throughput_per_s": ov["current"]["coverage"]}
+    # Percentiles past the servers' highest bucket bound are that bound, as Prometheus shows.
+    for q in ("p50", "p99"):
+        if ov["current"].get(f"latency_{q}_above"):
+            notes[f"latency_{q}_ms"] = "at least: above the highest bucket bound"
     return [{"label": label, "key": key, "value": ov["current"][key], "unit": unit,
              "digits": digits, "change": ov["change_pct"].get(key), "note": notes.get(key)}
             for label, key, unit, digits in spec]

@@ -1,0 +1,56 @@
+"""The team KPI page: p50 latency and energy per token cards, small figures with their
+significant digits, and the current (still filling) hour counted once."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from greenops.kpis import metrics
+from greenops.kpis.models import KpiRollup, Period
+from greenops.windows import floor_hour
+
+
+def _row(team, bucket, energy_j: float, requests: int, tokens: int, cumulative: list[int],
+         computed_at: dt.datetime) -> KpiRollup:
+    # Request latency as vLLM exports it: a Prometheus histogram, bounds 100/200/400 ms + Inf.
+    t = metrics.Totals(requests=requests, success=requests, tokens=tokens,
+                       token_requests=requests, gpu_energy_j=energy_j,
+                       facility_energy_j=energy_j * 1.2, measured_s=3600.0,
+                       latency_buckets={"le_ms": [100, 200, 400], "cumulative": cumulative})
+    return KpiRollup.objects.create(team=team, workload=None, period=Period.HOUR,
+                                    bucket=bucket, computed_at=computed_at, **t.as_row())
+
+
+@pytest.mark.django_db
+def test_kpi_page_shows_p50_energy_per_token_and_the_current_hour(client, users, team):
+    now = timezone.now()
+    current = floor_hour(now)
+    # The previous, finished hour and the current hour as the last rollup run wrote it.
+    _row(team, current - dt.timedelta(hours=1), 3600.0, 1000, 2_000_000, [0, 600, 1000, 1000],
+         current - dt.timedelta(minutes=2))
+    _row(team, current, 1800.0, 500, 1_000_000, [0, 200, 500, 500], now)
+    client.force_login(users["member"])
+    html = client.get(f"/teams/{team.slug}/kpis/?range=day").content.decode()
+
+    def card(key: str) -> str:
+        return html.split(f'data-kpi="{key}">', 1)[1].split("<", 1)[0]
+
+    # IT energy: (3,600 + 1,800) J / 3.6e6 J/kWh = 0.0015 kWh -- the current hour counted once
+    # (0.00100 without it, 0.00200 if it were added twice); 3 significant digits, not "0.002".
+    assert card("energy_kwh") == "0.00150 kWh"
+    # Energy per token: 5,400 J over 3,000,000 tokens = 0.0018 J.
+    assert card("energy_per_token_j") == "0.00180 J"
+    # p50 over the merged buckets (cumulative 0, 800, 1,500): rank 0.5 x 1,500 = 750 falls in
+    # (100, 200] ms: 100 + 100 x 750 / 800 = 193.75 ms (histogram_quantile, linear).
+    assert card("latency_p50_ms") == "193.8 ms"
+    # p99: rank 1,485 in (200, 400]: 200 + 200 x (1,485 - 800) / 700 = 395.71 ms.
+    assert card("latency_p99_ms") == "395.7 ms"
+    assert f"as rolled up at {now.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC" in html
+
+    # The API gives the same freshness, as ISO 8601 UTC.
+    api = client.get(f"/api/v1/teams/{team.slug}/kpis", {"range": "day"}).json()
+    assert api["as_of"] == now.astimezone(dt.UTC).isoformat()
+    assert api["current"]["energy_per_token_j"] == pytest.approx(0.0018)
