@@ -68,3 +68,34 @@ def test_a_batch_that_cannot_be_stored_fails_alone(team):
     assert (rows[good].status, rows[good].inserted) == ("done", 3)
     assert rows[gone].status == "failed" and "GPU 1 is not registered" in rows[gone].error
     assert GpuSample.objects.count() == 3
+
+
+def test_one_queued_store_task_covers_the_batches_committed_meanwhile(settings, monkeypatch):
+    """With a real broker, a batch committed while a store task is queued (not yet claiming)
+    sends no message of its own: that task claims it. Once the task starts claiming, the next
+    batch queues a new one; with Redis unreachable every batch is published as before."""
+    from greenops.telemetry import tasks
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs Redis")
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    published: list[str] = []
+    monkeypatch.setattr(tasks.store_batch, "apply_async",
+                        lambda args, **kw: published.append(args[0]))
+    ingest._redis().delete(ingest.KICK_KEY)
+    ingest._kick(tasks.store_batch, "a")
+    ingest._kick(tasks.store_batch, "b")  # "a"'s task is still queued: it will take "b" too
+    assert published == ["a"]
+    ingest._unkick()  # the worker starts claiming
+    ingest._kick(tasks.store_batch, "c")
+    assert published == ["a", "c"]
+    assert 0 < ingest._redis().ttl(ingest.KICK_KEY) <= ingest.KICK_TTL_S  # a lost task delays only
+    ingest._redis().delete(ingest.KICK_KEY)
+
+    def down(*a, **kw):
+        raise ConnectionError("Redis is down")
+
+    monkeypatch.setattr(ingest._redis(), "set", down)
+    ingest._kick(tasks.store_batch, "d")
+    ingest._kick(tasks.store_batch, "e")
+    assert published == ["a", "c", "d", "e"]
