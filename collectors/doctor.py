@@ -11,13 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collectors import probe
+from collectors.sources import Reading
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 # The server refuses samples more than 300 s in its future (INGEST_MAX_FUTURE_S); warn well
 # before that, because energy per window and alert timing also suffer from a skewed clock.
 SKEW_WARN_S = 5.0
 SKEW_FAIL_S = 300.0
-METRICS = ("util_pct", "mem_used_mib", "power_w", "energy_mj", "temp_c", "sm_clock_mhz")
+# Every metric a reading carries: the doctor reports each one the GPU supports or lacks.
+METRICS = Reading._fields
 RAPL_FILE = Path("/sys/class/powercap/intel-rapl/intel-rapl:0/energy_uj")
 
 
@@ -83,7 +85,7 @@ def check_gpus(simulate: int | None, nvml_lib: str | None, lib=None) -> list[Che
         checks = [Check(OK, "nvml", f"{len(gpus)} GPU(s)")]
         for gpu in gpus:
             reading = source.read(gpu.index)  # one read finds what this GPU does not support
-            values = dict(zip(METRICS, reading, strict=True))
+            values = reading._asdict()
             missing = sorted(set(source.unsupported(gpu.index)) & set(METRICS)
                              | {m for m, v in values.items() if v is None})
             supported = [m for m in METRICS if m not in missing]
