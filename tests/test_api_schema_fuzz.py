@@ -77,6 +77,17 @@ def test_host_token_endpoints_refuse_a_missing_token_in_house_shape(client, db):
     assert r.status_code == 401 and _error(r)["message"] == "unknown or revoked host token"
 
 
+def test_a_nul_in_an_inference_workload_slug_is_a_422_not_a_500(client, team):
+    """Found by the schemathesis run below: the slug reached PostgreSQL, which refuses NUL."""
+    token = ApiToken.issue(team, "app")[1]
+    doc = {"batch_id": "134cba8e-7ea5-2eba-93db-0ac2233ceda3",
+           "windows": [{"workload": "B\u0000x", "end": time.time() - 10, "requests": 1}]}
+    r = client.post("/api/v1/inference", orjson.dumps(doc), content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert r.status_code == 422, r.content
+    assert _error(r)["field"] == "windows[0].workload"
+
+
 # --- declarations -------------------------------------------------------------------------------
 
 BODYLESS = {  # operations that read no request body (their handlers never call json_body)

@@ -248,7 +248,9 @@ def parse_windows(doc, team: Team, *, now_s: float
     slugs = {w.get("workload") for w in windows if isinstance(w, dict)}
     workloads = {
         w.slug: w for w in Workload.objects.filter(
-            team=team, slug__in=[s for s in slugs if isinstance(s, str)])
+            # PostgreSQL text cannot hold NUL: such a slug matches no workload (a 422 below),
+            # and must not reach the query, where it is a DataError (500; found by schemathesis).
+            team=team, slug__in=[s for s in slugs if isinstance(s, str) and "\x00" not in s])
     }
     rows: list[InferenceWindow] = []
     refused: list[dict] = []
