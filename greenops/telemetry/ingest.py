@@ -209,15 +209,26 @@ def process_batch(batch_id: str) -> int | None:
         return inserted
 
 
-# How many pending batches one worker transaction claims. 64 batches of the agent's 80 samples
-# are ~5,000 rows: one COPY of that size costs about what one of 80 does in round trips.
+# How much one worker transaction claims: up to 64 batches and about 8,000 samples. 64 of the
+# agent's 80-sample batches cost one COPY instead of 64 round trips; the sample cap keeps big
+# batches (4,000 samples) in groups of two, so the other worker processes still get a share.
 GROUP_MAX_BATCHES = 64
+GROUP_MAX_SAMPLES = 8_000
 
+# The candidates are read without locks (a window function cannot take FOR UPDATE), then locked
+# with SKIP LOCKED: a batch another worker holds is simply left out of this group.
 _CLAIM = """
-    SELECT id, host_id, payload, gzip_encoded, received_at FROM telemetry_ingestbatch
-    WHERE status = 'pending'
-    ORDER BY (id = %s) DESC, received_at
-    LIMIT %s
+    SELECT id, host_id, payload, gzip_encoded, received_at, n_samples
+    FROM telemetry_ingestbatch
+    WHERE status = 'pending' AND id IN (
+        SELECT id FROM (
+            SELECT id, n_samples,
+                sum(n_samples) OVER (ORDER BY (id = %(mine)s) DESC, received_at, id) AS running
+            FROM telemetry_ingestbatch WHERE status = 'pending'
+            ORDER BY (id = %(mine)s) DESC, received_at, id
+            LIMIT %(batches)s
+        ) c WHERE running - n_samples < %(samples)s
+    )
     FOR UPDATE SKIP LOCKED
 """
 
@@ -246,7 +257,8 @@ def _store_group(mine: uuid.UUID) -> tuple[int | None, bool]:
     """One transaction of process_pending: (what `mine` added or None, whether the group was
     full, i.e. more batches may be pending)."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_CLAIM, [mine, GROUP_MAX_BATCHES])
+        cursor.execute(_CLAIM, {"mine": mine, "batches": GROUP_MAX_BATCHES,
+                                "samples": GROUP_MAX_SAMPLES})
         # This batch is claimed first (its message is being handled); the group is then stored
         # in arrival order, so a sample sent twice is credited to the batch that came first.
         claimed = sorted(cursor.fetchall(), key=lambda row: row[4])
@@ -258,7 +270,7 @@ def _store_group(mine: uuid.UUID) -> tuple[int | None, bool]:
         ).values_list("host_id", "index", "id"):
             gpus.setdefault(host_id, {})[index] = gpu_id
         parts, stored, failed = [], [], []
-        for batch_uuid, host_id, payload, gzip_encoded, _ in claimed:
+        for batch_uuid, host_id, payload, gzip_encoded, _, _ in claimed:
             try:
                 doc = wire.parse_json(wire.decode_body(bytes(payload), gzip_encoded, 1 << 40))
                 batch = wire.parse_batch(doc, now_s=time.time(), max_samples=1 << 40,
@@ -290,7 +302,9 @@ def _store_group(mine: uuid.UUID) -> tuple[int | None, bool]:
             )
     results = {u: k for (u, _, _), k in zip(stored, inserted, strict=True)}
     results.update({u: 0 for u, _ in failed})
-    return results.get(mine), len(claimed) == GROUP_MAX_BATCHES
+    full = (len(claimed) == GROUP_MAX_BATCHES
+            or sum(row[5] for row in claimed) >= GROUP_MAX_SAMPLES)
+    return results.get(mine), full
 
 
 def _from_us(us: int) -> dt.datetime:
