@@ -62,7 +62,7 @@ class Unpriced:
 def kpi_range(range_key: str) -> str:
     """The KPI range of a page range: KPIs roll up hourly, so the last hour shows the last
     24 hours' cards (and says so)."""
-    return range_key if range_key in kpi_queries.RANGES else "day"
+    return range_key if range_key in kpi_queries.RANGES and range_key != "hour" else "day"
 
 
 def unpriced(tu: accounting.TeamUsage) -> Unpriced:

@@ -13,7 +13,8 @@ from tests.conftest import make_batch
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 TEAM_PAGES = [
-    "", "?range=hour", "?range=quarter", "kpis/", "workloads/", "benchmarks/", "hosts/",
+    "", "?range=hour", "?range=quarter", "kpis/", "kpis/?range=hour", "workloads/",
+    "benchmarks/", "hosts/",
     "hosts/add/", "hosts/{host}/", "hosts/{host}/edit/", "carbon/runs/", "carbon/sites/",
     "carbon/sites/new/", "costs/", "costs/prices/", "alerts/", "alerts/channels/", "reports/",
     "members/", "permissions/", "api-tokens/", "audit/", "settings/",

@@ -54,3 +54,33 @@ def test_kpi_page_shows_p50_energy_per_token_and_the_current_hour(client, users,
     api = client.get(f"/api/v1/teams/{team.slug}/kpis", {"range": "day"}).json()
     assert api["as_of"] == now.astimezone(dt.UTC).isoformat()
     assert api["current"]["energy_per_token_j"] == pytest.approx(0.0018)
+
+
+@pytest.mark.django_db
+def test_every_team_page_with_ranges_offers_the_same_ones(client, users, team):
+    import re
+
+    now = timezone.now()
+    current = floor_hour(now)
+    _row(team, current - dt.timedelta(hours=1), 3600.0, 1000, 2_000_000, [0, 600, 1000, 1000],
+         now)
+    _row(team, current, 1800.0, 500, 1_000_000, [0, 200, 500, 500], now)
+    wl_slug = "ranker"
+    from greenops.workloads.models import Workload
+
+    Workload.objects.create(team=team, name="Ranker", slug=wl_slug, kind="inference")
+    client.force_login(users["member"])
+    offered = {}
+    for path in ("", "kpis/", f"kpis/workloads/{wl_slug}/"):
+        html = client.get(f"/teams/{team.slug}/{path}").content.decode()
+        nav = html.split('aria-label="Time range"', 1)[1].split("</nav>", 1)[0]
+        offered[path] = re.findall(r'href="\?range=(\w+)"', nav)
+    assert offered[""] == ["hour", "day", "week", "month", "quarter"]
+    assert offered["kpis/"] == offered[""] and offered[f"kpis/workloads/{wl_slug}/"] == offered[""]
+
+    # The KPI page's hour is the current clock hour only: 1,800 J / 3.6e6 = 0.0005 kWh (the
+    # previous hour's 3,600 J left out), with no change against the whole hour before it.
+    html = client.get(f"/teams/{team.slug}/kpis/?range=hour").content.decode()
+    assert 'data-kpi="energy_kwh">0.000500 kWh<' in html
+    assert "not the last 60 minutes" in html and "this clock hour so far" in html
+    assert "% vs previous" not in html

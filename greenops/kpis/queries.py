@@ -15,6 +15,9 @@ from greenops.workloads.models import Workload
 # Named ranges the KPI pages offer (greenops.windows owns them) and the rollup period that
 # serves each; each compares with the period of equal length before it.
 PERIOD: dict[str, str] = {
+    # KPIs roll up hourly: "hour" is the current clock hour so far (the page says so), so
+    # every team page offers the same five ranges.
+    "hour": Period.HOUR,
     "day": Period.HOUR,
     "week": Period.HOUR,
     "month": Period.DAY,
@@ -77,12 +80,16 @@ def overview(team: Team, workload: Workload | None, range_key: str,
     # The newest bucket is the current, still filling one: rollup.run rewrites it every beat
     # tick (settings CELERY_BEAT_SCHEDULE "kpi-rollups"), so the page says how fresh it is.
     as_of = rows(team, workload, period, start, end).aggregate(m=Max("computed_at"))["m"]
-    comparable = buckets_now > 0 and buckets_before >= COMPARABLE_COVERAGE * buckets_now
+    # The current clock hour alone is still filling: against the whole hour before it any
+    # change would be the clock, not a trend.
+    clock_hour = w.span <= STEP[period]
+    comparable = (not clock_hour and buckets_now > 0
+                  and buckets_before >= COMPARABLE_COVERAGE * buckets_now)
     changes = {k: metrics.change_pct(current.get(k), previous.get(k)) if comparable else None
                for k in CARD_KEYS}
     return {"range": range_key, "label": w.label, "period": period, "start": start.isoformat(),
             "end": end.isoformat(), "current": current, "previous": previous,
-            "change_pct": changes, "comparable": comparable,
+            "change_pct": changes, "comparable": comparable, "clock_hour": clock_hour,
             "as_of": as_of.astimezone(dt.UTC).isoformat() if as_of else None,
             "previous_partial": 0 < buckets_before < COMPARABLE_COVERAGE * buckets_now}
 
