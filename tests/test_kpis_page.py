@@ -84,3 +84,32 @@ def test_every_team_page_with_ranges_offers_the_same_ones(client, users, team):
     assert 'data-kpi="energy_kwh">0.000500 kWh<' in html
     assert "not the last 60 minutes" in html and "this clock hour so far" in html
     assert "% vs previous" not in html
+
+
+def test_sources_become_named_links_and_the_rest_stays_escaped():
+    from dashboards.templatetags.figures import sources
+
+    url = ("https://raw.githubusercontent.com/datareceipts/data-receipts/main/"
+           "109-gpu-pricing/hyperscalers.json")
+    html = sources(f"catalog <b>2026-11-09</b>; {url}.")
+    assert html == ('catalog &lt;b&gt;2026-11-09&lt;/b&gt;; '
+                    f'<a href="{url}" title="{url}" rel="noopener">'
+                    'hyperscalers.json on raw.githubusercontent.com</a>.')
+    assert sources("GreenOps default (GREENOPS_DEFAULT_PUE)") == \
+        "GreenOps default (GREENOPS_DEFAULT_PUE)"
+    assert sources("") == "" and sources(None) == ""
+    # A javascript: or other scheme is never linked.
+    assert "<a" not in sources("javascript:alert(1)")
+
+
+@pytest.mark.django_db
+def test_kpi_page_names_a_url_source_instead_of_printing_it(client, users, team):
+    url = "https://example.org/prices/catalog.json"
+    row = _row(team, floor_hour(timezone.now()), 3600.0, 10, 1000, [0, 5, 10, 10],
+               timezone.now())
+    row.cost_source = f"catalog {url}"
+    row.save()
+    client.force_login(users["member"])
+    html = client.get(f"/teams/{team.slug}/kpis/").content.decode()
+    assert f'<a href="{url}" title="{url}" rel="noopener">catalog.json on example.org</a>' in html
+    assert f"catalog {url}" not in html

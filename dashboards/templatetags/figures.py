@@ -4,8 +4,12 @@ significant digits (a codecarbon run of 4.6e-05 kWh is not "0.0000")."""
 from __future__ import annotations
 
 import math
+import re
+from urllib.parse import urlsplit
 
 from django import template
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import mark_safe
 
 register = template.Library()
 
@@ -32,3 +36,32 @@ def signed_pct(value: float | None) -> str:
     if value is None:
         return ""
     return f"{value:+,.1f} %"
+
+
+_URL = re.compile(r"https?://[^\s;,()<>\"']+")
+
+
+def link_name(url: str) -> str:
+    """What a reader calls a source URL: its file or last path part, and the site it is on
+    ("hyperscalers.json on raw.githubusercontent.com")."""
+    parts = urlsplit(url)
+    last = parts.path.rstrip("/").rsplit("/", 1)[-1]
+    return f"{last} on {parts.netloc}" if last else parts.netloc
+
+
+@register.filter(needs_autoescape=True)
+def sources(value: str | None, autoescape: bool = True) -> str:
+    """A source string with each URL in it as a named link (the full URL in its href and
+    title); the rest of the text escaped as usual. Empty stays empty (callers |default)."""
+    if not value:
+        return value or ""
+    esc = conditional_escape if autoescape else str
+    out, pos = [], 0
+    for m in _URL.finditer(value):
+        url = m.group(0).rstrip(".")
+        out.append(esc(value[pos:m.start()]))
+        out.append(format_html('<a href="{}" title="{}" rel="noopener">{}</a>', url, url,
+                               link_name(url)))
+        pos = m.start() + len(url)
+    out.append(esc(value[pos:]))
+    return mark_safe("".join(str(p) for p in out))  # noqa: S308 -- every part escaped above
