@@ -40,7 +40,7 @@ def test_costs_page_shows_costs_and_steady_advice(live_server, page, users, team
         stop.inner_text()
     # the bundled snapshot's p4d on-demand price, $21.957642/h (as of 2026-11-09):
     # (14 x 24 h + 50 h) x 21.957642 = 386 x 21.957642 = $8,475.65
-    assert "$8475.65" in page.locator('[data-kpi="total_cost_usd"]').inner_text()
+    assert "$8,475.65" in page.locator('[data-kpi="total_cost_usd"]').inner_text()
     SHOTS.mkdir(parents=True, exist_ok=True)
     for width in (1440, 390):
         page.set_viewport_size({"width": width, "height": 900})

@@ -124,7 +124,7 @@ def test_jobs_table_shows_facility_energy_in_kwh(client, users, team, live_data)
     r = client.get(f"/teams/{team.slug}/kpis/")
     row = r.content.decode().split('id="jobs"')[1]
     assert "<td>2.000</td>" in row and "7200000" not in row
-    assert "7200 s (2\xa0hours)" in row
+    assert "7,200 s (2\xa0hours)" in row
 
 
 def test_change_is_not_shown_against_a_partly_measured_previous_period(team):
@@ -221,7 +221,7 @@ def test_workload_page_shows_prometheus_percentiles_timings_and_tokens(client, u
     assert ttft["p50_ms"] == 2_560_000.0 and ttft["n"] == 75
     assert ttft["p50_above"] and not k["latency_p99_above"]
     assert 'data-timing="first_token"' in html and "Time to first token" in html
-    assert "≥ </span>2560000.0 ms" in html  # said to lie above the highest bound
+    assert "≥ </span>2,560,000.0 ms" in html  # said to lie above the highest bound
     # Tokens: 24,000 generated and 31,500 prompt over the same seconds as the 75 requests.
     assert k["tokens"] == 24000 and k["prompt_tokens"] == 31500
     assert k["generation_tokens_per_s"] == pytest.approx(k["throughput_per_s"] * 24000 / 75)

@@ -18,9 +18,12 @@ register = template.Library()
 def num(value: float | int | None, digits: int = 2) -> str:
     """`digits` decimals with thousands separators; three significant digits instead when the
     decimals would show fewer than two (0.000046 with 2 decimals). None is an en dash."""
-    if value is None:
+    if value is None or value == "":
         return "–"
-    v = float(value)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):  # not a number: show it as it is, never a 500
+        return str(value)
     if not math.isfinite(v):
         return "–"
     digits = int(digits)
