@@ -43,8 +43,9 @@ MEMORY_BOUND_PCT = 60.0
 POWER_CAPPED_SHARE = 0.2
 THERMAL_SHARE = 0.05
 
-# Pages offer these ranges; windows end on whole hours so hour rollups add up exactly.
-RANGES = windows.ranges("day", "week", "month")
+# The same range choices as every team page; windows end on whole hours so hour rollups add
+# up exactly ("hour" is the current clock hour, as on the KPI pages).
+RANGES = windows.ranges("hour", "day", "week", "month", "quarter")  # the home's choices
 
 
 @dataclass(frozen=True)
