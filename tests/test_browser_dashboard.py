@@ -28,7 +28,8 @@ def test_login_and_dashboard_charts_render(live_server, page, users, team, host,
     energy = page.locator("[data-kpi='gpu_energy_kwh']").inner_text()
     assert energy != "0.000 kWh"
     assert page.locator("[data-kpi='gpus_reporting']").inner_text() == "2 / 2"
-    page.get_by_role("link", name="gpu-node-1").click()
+    # the host table (the unpriced-hosts box links the same host to its edit page)
+    page.locator("#hosts").get_by_role("link", name="gpu-node-1", exact=True).click()
     page.get_by_role("heading", name="GPUs", exact=True).wait_for()
     assert page.locator("#gpus tbody tr").count() == 2
 
