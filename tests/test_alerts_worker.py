@@ -5,56 +5,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
-import uuid
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
-from greenops import celery_app
 from greenops.alerts import channels, tasks
 from greenops.alerts.models import Notification, RuleEvent
 from tests.alerts_fixtures import make_rule, rollup
+from tests.celery_worker import celery_worker
 from tests.test_alerts_channels import Receiver
-from tests.test_e2e_pipeline import ROOT, wait_for
-
-WORKER = """
-import sys
-from greenops.celery import app
-app.conf.task_default_queue = sys.argv[1]  # tasks the worker itself enqueues stay on it
-app.worker_main(["worker", "-Q", sys.argv[1], "-c", "2", "--without-gossip",
-                 "--without-mingle", "--without-heartbeat", "-l", "WARNING"])
-"""
+from tests.test_e2e_pipeline import wait_for
 
 
 @pytest.fixture
 def alerts_worker():
-    queue = f"alerts-{uuid.uuid4().hex[:8]}"
-    s = connection.settings_dict
-    env = dict(os.environ, CELERY_TASK_ALWAYS_EAGER="false", DATABASE_URL=(
-        f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/"
-        f"{s['NAME']}"))
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, queue], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    old = (celery_app.conf.task_always_eager, celery_app.conf.task_default_queue)
-    celery_app.conf.task_always_eager = False
-    celery_app.conf.task_default_queue = queue
-    try:
+    with celery_worker("alerts") as (queue, output):
         yield queue
-    finally:
-        celery_app.conf.task_always_eager, celery_app.conf.task_default_queue = old
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        assert b"Traceback" not in out, out.decode(errors="replace")
+    assert b"Traceback" not in output[0], output[0].decode(errors="replace")
 
 
 @pytest.mark.worker

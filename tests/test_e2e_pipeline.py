@@ -8,50 +8,21 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from pathlib import Path
 
 import pytest
-from django.db import connection
 
-from greenops import celery_app
 from greenops.telemetry.models import Gpu, GpuMinute, GpuSample, IngestBatch
+from tests.celery_worker import ROOT, celery_worker
 from tests.conftest import make_host
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def worker_queue():
     """A real Celery worker on its own queue, reading the test database."""
-    queue = f"e2e-{uuid.uuid4().hex[:8]}"
-    env = dict(os.environ)
-    env["DATABASE_URL"] = (
-        f"postgres://{connection.settings_dict['USER'] or 'postgres'}@"
-        f"{connection.settings_dict['HOST'] or '127.0.0.1'}:"
-        f"{connection.settings_dict['PORT'] or 5432}/{connection.settings_dict['NAME']}"
-    )
-    env["CELERY_TASK_ALWAYS_EAGER"] = "false"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "greenops", "worker", "-Q", queue, "-c", "2",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    old = (celery_app.conf.task_always_eager, celery_app.conf.task_default_queue)
-    celery_app.conf.task_always_eager = False
-    celery_app.conf.task_default_queue = queue
-    try:
+    with celery_worker("e2e") as (queue, output):
         yield queue
-    finally:
-        celery_app.conf.task_always_eager, celery_app.conf.task_default_queue = old
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        if b"Traceback" in out:
-            print(out.decode(errors="replace"))
+    if b"Traceback" in output[0]:
+        print(output[0].decode(errors="replace"))
 
 
 def wait_for(predicate, timeout: float = 60.0, step: float = 0.2):
