@@ -1,7 +1,8 @@
 # The server image: web (gunicorn), worker and beat all run from it (see docker-compose.yml).
 FROM python:3.11-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+# WEB_CONCURRENCY: gunicorn's worker processes (gunicorn reads it; compose passes it through).
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 WEB_CONCURRENCY=4
 WORKDIR /app
 
 COPY pyproject.toml README.md ./
@@ -16,4 +17,4 @@ RUN pip install -e . && python manage.py collectstatic --noinput
 RUN useradd --system --uid 1000 greenops && mkdir -p /app/var && chown greenops /app/var
 USER greenops
 EXPOSE 8000
-CMD ["gunicorn", "greenops.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4", "--access-logfile", "-"]
+CMD ["gunicorn", "greenops.wsgi", "--bind", "0.0.0.0:8000", "--access-logfile", "-"]

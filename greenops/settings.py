@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -268,6 +269,25 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # re-queues batches still pending.
     "max_retries": envint("CELERY_BROKER_PUBLISH_RETRIES", 0),
 }
+# Queue groups, so each can get its own workers (docker-compose.yml runs one worker service per
+# group): a flood of ingest batches never delays alert delivery, and a long report never holds
+# up ingest. Exact names win over patterns; patterns match in this order. A worker started
+# without -Q consumes every queue of CELERY_TASK_QUEUES (one worker for everything, as in the
+# Makefile and the benchmarks); the embedded default runs tasks in-process and routes nothing.
+CELERY_TASK_ROUTES = {
+    "greenops.telemetry.tasks.store_batch": {"queue": "ingest"},
+    "greenops.telemetry.tasks.process_pending_batches": {"queue": "ingest"},
+    "greenops.telemetry.tasks.*": {"queue": "rollups"},  # housekeeping: pruning, partitions
+    "greenops.kpis.tasks.*": {"queue": "rollups"},
+    "greenops.costs.tasks.*": {"queue": "rollups"},
+    "greenops.alerts.tasks.*": {"queue": "alerts"},
+    "greenops.teams.tasks.*": {"queue": "alerts"},  # invitation mail: outbound, like alerts
+    "greenops.reports.tasks.*": {"queue": "reports"},
+}
+CELERY_TASK_DEFAULT_QUEUE = "rollups"  # a task nobody routed still lands on a consumed queue
+CELERY_TASK_QUEUES = [
+    Queue(name) for name in dict.fromkeys(r["queue"] for r in CELERY_TASK_ROUTES.values())
+]
 CELERY_BEAT_SCHEDULE = {
     # Safety net: batches whose queue message was lost (Redis restart) are still stored.
     "ingest-catch-up": {
