@@ -203,6 +203,14 @@ INGEST_MAX_SAMPLES = envint("INGEST_MAX_SAMPLES", 100_000)
 INGEST_MAX_DECOMPRESSED_BYTES = envint("INGEST_MAX_DECOMPRESSED_BYTES", 64 * 1024 * 1024)
 INGEST_MAX_FUTURE_S = envint("INGEST_MAX_FUTURE_S", 300)
 INGEST_MAX_AGE_S = envint("INGEST_MAX_AGE_S", 30 * 86400)
+# Storage over time (greenops/telemetry/partitions.py): raw samples kept N days (PostgreSQL: one
+# partition per UTC day), minute rollups N weeks (one partition per ISO week); hour and day
+# rollups are kept forever. 0 keeps a table forever. Raw days should exceed INGEST_MAX_AGE_S:
+# samples older than a dropped day are refused so a replay cannot count them twice. Minute
+# weeks should cover the longest page range (90 days) since pages count GPU-minutes from them.
+RETAIN_RAW_SAMPLES_DAYS = envint("GREENOPS_RETAIN_RAW_DAYS", 35)
+RETAIN_MINUTE_ROLLUPS_WEEKS = envint("GREENOPS_RETAIN_MINUTE_WEEKS", 14)
+PARTITIONS_AHEAD_DAYS = envint("GREENOPS_PARTITIONS_AHEAD_DAYS", 7)
 
 # --- Teams and enrollment ------------------------------------------------------------------
 INVITATION_TTL_DAYS = envint("INVITATION_TTL_DAYS", 7)
@@ -295,6 +303,9 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 60.0,
     },
     "ingest-prune": {"task": "greenops.telemetry.tasks.prune_batches", "schedule": 86400.0},
+    "storage-partitions": {"task": "greenops.telemetry.tasks.create_partitions",
+                           "schedule": 3600.0},
+    "storage-retention": {"task": "greenops.telemetry.tasks.apply_retention", "schedule": 3600.0},
     "kpi-rollups": {"task": "greenops.kpis.tasks.rollup_kpis", "schedule": 300.0},
     "prices-refresh": {"task": "greenops.costs.tasks.refresh_prices", "schedule": 6 * 3600.0},
     "alerts-evaluate": {"task": "greenops.alerts.tasks.evaluate_rules", "schedule": 60.0},
@@ -314,6 +325,9 @@ CELERY_BEAT_SCHEDULE = {
 BEAT_TASK_TIME_LIMITS_S: dict[str, tuple[int, int]] = {
     "greenops.telemetry.tasks.process_pending_batches": (240, 300),
     "greenops.telemetry.tasks.prune_batches": (1800, 1900),
+    "greenops.telemetry.tasks.create_partitions": (300, 360),
+    # The rolled-up check counts a day's raw samples per GPU (one partition scan).
+    "greenops.telemetry.tasks.apply_retention": (3000, 3300),
     "greenops.kpis.tasks.rollup_kpis": (600, 660),
     "greenops.costs.tasks.refresh_prices": (600, 660),
     "greenops.alerts.tasks.evaluate_rules": (50, 60),  # only fans out one task per rule

@@ -254,3 +254,19 @@ class LateHour(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "hour"], name="late_hour_once")]
+
+
+class RetentionMark(models.Model):
+    """How far retention has removed a partitioned table's rows (greenops.telemetry.partitions).
+
+    Rows older than `dropped_before` are refused by a trigger: once their period is dropped, a
+    replayed batch would otherwise store them again and fold them into the rollups twice.
+    `status` says what the last retention run did or why it refused a drop."""
+
+    table_name = models.CharField(max_length=63, primary_key=True)
+    dropped_before = models.DateTimeField(null=True, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    status = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.table_name}: {self.status or 'not checked'}"

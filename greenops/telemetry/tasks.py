@@ -49,3 +49,23 @@ def prune_batches(keep_days: int = 14) -> int:
         ).delete()
     return deleted
 
+
+
+@shared_task
+@single_flight
+def create_partitions() -> dict:
+    """Partitions for the current and next days/weeks, and for periods only the default
+    partition holds (greenops.telemetry.partitions)."""
+    from greenops.telemetry import partitions
+
+    return partitions.create_ahead()
+
+
+@shared_task
+@single_flight
+def apply_retention() -> dict:
+    """Drop raw-sample days and minute-rollup weeks past their retention, a partition at a time,
+    never one whose data is not rolled up yet (the refusal is logged and kept per table)."""
+    from greenops.telemetry import partitions
+
+    return partitions.apply_retention()
