@@ -150,7 +150,9 @@ BATCH_SCHEMA = {
                               "description": "NVML total-energy counter, mJ"},
                 "energy_j": {**_COLUMN, "description": "Energy since this GPU's previous sample"},
                 "energy_method": {"type": "array",
-                                  "items": {"enum": ["counter", "power", None]}},
+                                  "items": {"enum": ["counter", "power", "counter_gap", None]},
+                                  "description": "counter_gap: the counter across an agent "
+                                                 "restart (energy_j spans the gap)"},
                 "temp_c": _COLUMN, "sm_clock_mhz": _COLUMN,
             },
         },

@@ -120,6 +120,7 @@ class IngestBatch(models.Model):
 class EnergyMethod(models.IntegerChoices):
     COUNTER = 1, "NVML energy counter"
     POWER = 2, "integrated power"
+    COUNTER_GAP = 3, "NVML energy counter across an agent restart"
 
 
 class GpuSample(models.Model):

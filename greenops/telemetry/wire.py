@@ -19,7 +19,8 @@ import orjson
 from greenops.errors import FieldError, invalid
 
 SOURCES = ("nvml", "simulated")
-ENERGY_METHODS = {None: 0, "counter": 1, "power": 2}
+# "counter_gap": a counter delta across an agent restart (collectors/energy.py, rule 5).
+ENERGY_METHODS = {None: 0, "counter": 1, "power": 2, "counter_gap": 3}
 
 # field -> (nullable, integer, lower bound, upper bound). Bounds are physical plausibility limits:
 # anything outside them is a broken reading, and storing it would poison every KPI built on it.
@@ -301,8 +302,8 @@ def parse_batch(
         method = np.array(list(map(ENERGY_METHODS.__getitem__, methods)), dtype=np.int16)
     except (KeyError, TypeError):
         i = _first_bad(methods, lambda m: isinstance(m, (str, type(None))) and m in ENERGY_METHODS)
-        raise invalid(f"samples.energy_method[{i}]", "must be \"counter\", \"power\" or null") \
-            from None
+        raise invalid(f"samples.energy_method[{i}]",
+                      "must be \"counter\", \"power\", \"counter_gap\" or null") from None
 
     ts_us = np.round(ts * 1_000_000).astype(np.int64)
     # Two readings of one GPU at the same instant would collide on the natural key; inside a
