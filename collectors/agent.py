@@ -4,11 +4,18 @@ Sampling runs on the main thread on a schedule anchored to a monotonic clock (ti
 at start + k * interval), so slow reads or a busy host do not make the sampling rate drift;
 ticks that are missed entirely are skipped rather than bunched up. Shipping runs on its own
 thread so that a slow or absent server never delays a reading.
+
+Durability: every tick's samples go to the spool's journal as they are taken, with each GPU's
+last energy counter reading, so a crash or SIGKILL loses at most the tick being read. On start
+the agent spools what an unclean stop left in the journal, and carries the counter readings
+over: the first interval after a restart covers the gap (``"counter_gap"``, collectors/energy.py)
+when the counter vouches for it.
 """
 
 from __future__ import annotations
 
 import logging
+import marshal
 import threading
 import time
 from collections.abc import Sequence
@@ -24,6 +31,16 @@ from collectors.spool import Spool
 log = logging.getLogger(__name__)
 
 MAX_GAP_INTERVALS = 5.0  # counter deltas over more than 5 intervals are not trusted
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id(path: str = BOOT_ID_PATH) -> str | None:
+    """This boot's id (Linux): the monotonic clock, and NVML's counters, start again at a boot."""
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 class Channel(Protocol):
@@ -67,12 +84,19 @@ class Agent:
         self.flush_timeout_s = flush_timeout_s
         gpus = source.gpus()
         self.indexes = [g.index for g in gpus]
+        self.uuids = {g.index: g.uuid for g in gpus}
         self.energy = EnergyAccountant(max_gap_s=MAX_GAP_INTERVALS * interval_s,
                                        power_limit_w={g.index: g.power_limit_w for g in gpus})
         self.buffer = wire.SampleBuffer()
         self.stats = AgentStats()
         self.channels = list(channels)
         self._stop = threading.Event()
+        self.boot_id = boot_id()
+        if spool is not None:
+            try:
+                self.recover()
+            except Exception:  # never keep the agent from sampling
+                log.exception("could not recover the spool's journal; sampling anyway")
 
     def stop(self) -> None:
         """Safe from a signal handler: only sets a flag the loop checks."""
@@ -83,11 +107,73 @@ class Agent:
         ts = time.time()  # wall clock for the data; the monotonic clock for the energy dt
         mono = time.monotonic()
         read, update, append = self.source.read, self.energy.update, self.buffer.append
-        for index in self.indexes:
-            r = read(index)
-            energy_j, method = update(index, mono, r.energy_mj, r.power_w)
-            append(ts, index, r, energy_j, method)
-        self.stats.samples += len(self.indexes)
+        start = len(self.buffer)
+        try:
+            for index in self.indexes:
+                r = read(index)
+                energy_j, method = update(index, mono, r.energy_mj, r.power_w)
+                append(ts, index, r, energy_j, method)
+        finally:  # what was read is journaled even if a later GPU's read failed
+            n = len(self.buffer) - start
+            self.stats.samples += n
+            if n and self.spool is not None:
+                self.journal(start, n, ts - mono)
+
+    def journal(self, start: int, n: int, wall_minus_mono: float) -> None:
+        """Write the samples from ``start`` on, and each GPU's last counter reading, to disk."""
+        columns = {name: column[start:] for name, column in self.buffer.columns().items()}
+        last = self.energy.last_readings()
+        state = {
+            "boot_id": self.boot_id,
+            "source": self.source.kind,
+            "wall_minus_mono": wall_minus_mono,  # for a host without a boot id
+            "gpus": [[i, self.uuids.get(i), mono, counter]
+                     for i, (mono, counter, _) in last.items() if counter is not None],
+        }
+        # marshal, not JSON: 4 us instead of 26 for 8 GPUs, and only this agent reads it back.
+        self.spool.journal(marshal.dumps(columns), n, marshal.dumps(state))
+
+    def recover(self) -> None:
+        """After an unclean stop: spool the journaled samples, carry counter readings over."""
+        raw_state = self.spool.agent_state()
+        state = marshal.loads(raw_state) if raw_state else {}
+        ticks = self.spool.journaled()
+        if ticks:
+            columns: dict[str, list] = {name: [] for name in wire.FIELDS}
+            for tick in ticks:
+                doc = marshal.loads(tick)
+                n = len(doc["ts"])
+                for name in wire.FIELDS:  # a field an older agent did not journal is unknown
+                    columns[name].extend(doc.get(name) or [None] * n)
+            n = len(columns["ts"])
+            batch = wire.build_batch(columns, state.get("source") or self.source.kind)
+            self.spool.put(batch["batch_id"], wire.encode(batch), n, seal_journal=True)
+            log.warning("spooled %d sample(s) that an unclean stop left unbatched", n)
+        self._carry_counters(state)
+
+    def _carry_counters(self, state: dict) -> None:
+        gpus = state.get("gpus") or []
+        if not gpus:
+            return
+        now_mono, now_wall = time.monotonic(), time.time()
+        if self.boot_id is not None and state.get("boot_id") == self.boot_id:
+            shift = 0.0  # same boot: the monotonic clock runs on across processes
+        elif self.boot_id is None and state.get("boot_id") is None and isinstance(
+                state.get("wall_minus_mono"), (int, float)):
+            # No boot id to compare (not Linux): place the old reading by the wall clock.
+            shift = (state["wall_minus_mono"] + 0.0) - (now_wall - now_mono)
+        else:
+            log.info("host rebooted since the last run: no counter carried over")
+            return
+        carried = []
+        for index, uuid, mono, counter in gpus:
+            if self.uuids.get(index) == uuid and isinstance(counter, int):
+                self.energy.carry(index, mono + shift, counter)
+                carried.append(index)
+        if carried:
+            gap = now_mono - max(mono + shift for _, _, mono, _ in gpus)
+            log.info("last counter reading carried over for GPU(s) %s (%.1f s ago)",
+                     ",".join(map(str, carried)), gap)
 
     def seal_batch(self) -> str | None:
         """Move the buffered samples into the spool as one batch; returns its id."""
@@ -95,7 +181,7 @@ class Agent:
         if n == 0:
             return None
         doc = wire.build_batch(self.buffer.columns(), self.source.kind)
-        self.spool.put(doc["batch_id"], wire.encode(doc), n)
+        self.spool.put(doc["batch_id"], wire.encode(doc), n, seal_journal=True)
         self.buffer.clear()
         self.stats.batches += 1
         if self.shipper is not None:

@@ -10,6 +10,14 @@ worth more than old data and the disk must not fill up.
 
 Batches the server refused for good (400, 413, 422, ...) move to ``rejected`` with the
 server's answer, so they are not retried forever but stay for the operator to look at.
+
+The journal: each tick's samples are written here as they are taken (one small transaction per
+tick), so a crash or SIGKILL loses at most the tick being read, not the batch being gathered.
+A batch is cut from the journal in the same transaction that spools it (``put(...,
+seal_journal=True)``), so every sample is in exactly one of the two; on the next start the
+agent spools what an unclean stop left in the journal as a batch of its own. The same
+transaction keeps the agent's ``state`` (each GPU's last energy counter reading), so the first
+interval after a restart can cover the gap.
 """
 
 from __future__ import annotations
@@ -56,6 +64,13 @@ CREATE TABLE IF NOT EXISTS rejected (
     path TEXT NOT NULL DEFAULT '/api/v1/samples'
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS journal (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    samples INTEGER NOT NULL,
+    columns BLOB NOT NULL,                   -- one tick's samples: marshal {field: [values]}
+    state BLOB                               -- the agent's state after that tick (marshal)
+);
+CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 
 
@@ -138,7 +153,10 @@ class Spool:
         samples: int,
         created_at: float | None = None,
         path: str = SAMPLES_PATH,
+        seal_journal: bool = False,
     ) -> None:
+        """Spool a batch. ``seal_journal``: the batch holds every journaled sample, which
+        leave the journal in the same transaction (never in both, never in neither)."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -153,6 +171,12 @@ class Spool:
                         path,
                     ),
                 )
+                if seal_journal:  # the newest journaled state outlives the journal
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO state (key, value) SELECT 'agent', state "
+                        "FROM journal WHERE state IS NOT NULL ORDER BY seq DESC LIMIT 1"
+                    )
+                    self._db.execute("DELETE FROM journal")
                 self._bytes += len(payload)
                 self._depth += 1
                 self._enforce_bound()
@@ -200,6 +224,33 @@ class Spool:
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, value),
         )
+
+    # --- the journal of samples not yet in a batch -----------------------------------------
+
+    def journal(self, columns: bytes, samples: int, state: bytes | None = None) -> None:
+        """Keep one tick's samples and the agent's state after it: one row, one autocommitted
+        INSERT (the cheapest durable write SQLite has; the agent does one a tick)."""
+        with self._lock:
+            self._db.execute("INSERT INTO journal (samples, columns, state) VALUES (?, ?, ?)",
+                             (samples, columns, state))
+
+    def journaled(self) -> list[bytes]:
+        """The journaled ticks' samples, oldest first."""
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT columns FROM journal ORDER BY seq")]
+
+    def journaled_samples(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COALESCE(SUM(samples), 0) FROM journal").fetchone()[0]
+
+    def agent_state(self) -> bytes | None:
+        """The state the agent journaled last, or None."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT state FROM journal WHERE state IS NOT NULL ORDER BY seq DESC LIMIT 1"
+            ).fetchone() or self._db.execute(
+                "SELECT value FROM state WHERE key = 'agent'").fetchone()
+        return row[0] if row else None
 
     # --- shipping ------------------------------------------------------------------------
 
