@@ -21,20 +21,31 @@ N_MIN = 30  # one sample per GPU per minute for 30 minutes: 4 x 30 = 120 GPU-min
 
 
 def profile_batch(util: float, mem_util: float | None, throttle: int | None,
-                  n_min: int = N_MIN) -> dict:
-    """4 GPUs, one sample a minute; make_batch's power is 200 + 10 g W, so a GPU's energy is
-    (n_min - 1) intervals x 60 s x (200 + 10 g) W (the first sample has no interval)."""
-    start = (time.time() // 60) * 60 - n_min * 60
-    doc = make_batch(n_per_gpu=n_min, gpus=range(N_GPUS), start=start, step=60.0)
+                  n_min: int = N_MIN, *, gpus: int = N_GPUS, power: float | None = None,
+                  limit: float = 300.0, mem_used: float | None = None,
+                  pcie_rx: float | None = None, pcie_tx: float | None = None,
+                  start: float | None = None) -> dict:
+    """`gpus` GPUs, one sample a minute; make_batch's power is 200 + 10 g W, so a GPU's energy
+    is (n_min - 1) intervals x 60 s x (200 + 10 g) W (the first sample has no interval).
+    `power` overrides the reported power only (the energy columns stay make_batch's)."""
+    start = (time.time() // 60) * 60 - n_min * 60 if start is None else start
+    doc = make_batch(n_per_gpu=n_min, gpus=range(gpus), start=start, step=60.0)
     cols = doc["samples"]
     n = len(cols["ts"])
     cols["util_pct"] = [util] * n
+    if power is not None:
+        cols["power_w"] = [power] * n
+    if mem_used is not None:
+        cols["mem_used_mib"] = [mem_used] * n
     if mem_util is not None:
         cols["mem_util_pct"] = [mem_util] * n
+    if pcie_rx is not None:
+        cols["pcie_rx_kib_s"] = [pcie_rx] * n
+        cols["pcie_tx_kib_s"] = [pcie_tx or 0.0] * n
     if throttle is not None:
         # Every other sample at the power cap (0x4 SwPowerCap), the rest idle-clocked (0x1).
         cols["throttle_reasons"] = [throttle if i % 2 == 0 else 0x1 for i in range(n)]
-        cols["power_limit_w"] = [300.0] * n
+        cols["power_limit_w"] = [limit] * n
     return doc
 
 
@@ -68,7 +79,7 @@ def test_under_utilised_gpus_consolidate_with_the_hand_computed_saving(workload)
     # Energy: 29 intervals x 60 s x (200 + 210 + 220 + 230 W) = 1,496,400 J = 0.415667 kWh;
     # x 1,440 = 598.56 kWh per month.
     assert advice.monthly.kwh == pytest.approx(598.56)
-    (d,) = advice.diagnoses
+    d = advice.diagnoses[0]
     assert d.key == "under_utilised"
     # GPUs needed: ceil(4 x 20 % / 70 %) = ceil(1.143) = 2 of 4: half of the GPU-hours go.
     assert "serve the measured load on 2 of 4 GPUs" in d.levers[0]
@@ -95,20 +106,31 @@ def test_under_utilised_gpus_consolidate_with_the_hand_computed_saving(workload)
 @pytest.mark.django_db
 def test_memory_bound_and_power_capped_profile(workload):
     wl, send = workload
-    send(profile_batch(util=92.0, mem_util=85.0, throttle=0x4))
+    # 280 W at 92 % busy under a 300 W limit; memory controller 85 % busy.
+    send(profile_batch(util=92.0, mem_util=85.0, throttle=0x4, power=280.0))
     advice = diagnose.advise(wl, week())
     keys = [d.key for d in advice.diagnoses]
-    assert keys == ["memory_bound", "power_capped"]
-    mem, capped = advice.diagnoses
-    assert "85.0 %" in mem.evidence[0]
+    assert keys[:2] == ["memory_bound", "power_capped"]
+    mem, capped = advice.diagnoses[:2]
+    # No DCGM here: judged by NVML's memory utilisation, and labelled so.
+    assert "85.0 %" in mem.evidence[0] and "NVML memory utilisation" in mem.evidence[0]
+    # Upper bound from halved bytes: busy 46 % instead of 92 %. Power line through (92 %,
+    # 280 W) and (100 %, 300 W): 280/300 = 0.93333 + 0.06667 x (0.46 - 0.92) / 0.08 = 0.55 of
+    # 300 W = 165 W; energy x (165 / 280 - 1) = -41.0714 % of the measured 598.56 kWh.
+    assert mem.effect.kwh_per_month == pytest.approx(598.56 * (165 / 280 - 1))
+    assert mem.effect.usd_per_month == 0.0  # cloud GPUs are billed by the hour, not the watt
+    assert "upper bound" in mem.effect.method and mem.confidence == "low"
     # 60 of the 120 samples carry 0x4: 50 % power-capped, at the 300 W enforced limit.
     assert advice.profile.power_capped_share == 0.5
     assert "50 % of samples (enforced limit 300 W)" in capped.evidence[0]
-    # Neither effect can be computed from one configuration: unknown with a reason, not 0.
-    assert mem.effect.kwh_per_month is None and "variant" in mem.effect.unknown
-    assert capped.effect.usd_per_month is None
-    assert "compare the two periods" in capped.effect.unknown
-    assert advice.skipped == []
+    # Only one cap was measured: the published curve (-15 % energy at 60 % of the limit),
+    # labelled so; 92 % busy is near full, so what the slower cap costs is unknown, not $0.
+    assert capped.effect.basis == "published"
+    assert capped.effect.kwh_per_month == pytest.approx(-0.15 * 598.56)
+    assert "arXiv 2205.09646" in capped.effect.method
+    assert "about 180 W" in capped.levers[0]  # 60 % of the 300 W limit
+    assert capped.effect.usd_per_month is None and "near full" in capped.effect.unknown
+    assert [s for s in advice.skipped if not s.startswith("PCIe")] == []
 
 
 @pytest.mark.django_db
@@ -117,10 +139,17 @@ def test_unsupported_metrics_give_no_diagnosis_that_depends_on_them(workload):
     # The same busy GPUs, but NVML reported neither memory utilisation nor throttle reasons.
     send(profile_batch(util=92.0, mem_util=None, throttle=None))
     advice = diagnose.advise(wl, week())
-    assert advice.diagnoses == []
-    assert advice.skipped == [
-        "memory-bandwidth: memory utilisation reported by 0 % of samples",
-        "power/thermal throttling: throttle reasons reported by 0 % of samples"]
+    keys = {d.key for d in advice.diagnoses}
+    assert not keys & {"memory_bound", "power_capped", "thermal", "input_bound"}
+    skipped = "; ".join(advice.skipped)
+    assert "memory-bandwidth: memory utilisation reported by 0 % of samples" in skipped
+    assert "power/thermal throttling: throttle reasons reported by 0 % of samples" in skipped
+    assert "PCIe: throughput reported by 0 % of samples" in skipped
+    # An alternative GPU, if any, does not lean on the missing memory figure: it takes the less
+    # favourable of the compute and bandwidth ratios and says so.
+    for d in advice.diagnoses:
+        if d.key == "smaller_gpu":
+            assert "which resource binds is unknown" in d.evidence[1]
 
 
 @pytest.mark.django_db
@@ -161,7 +190,8 @@ def test_under_utilised_saving_per_inference_at_the_measured_load(team, workload
     KpiRollup.objects.create(team=team, workload=wl, period=Period.HOUR,
                              bucket=w.end - windows.HOUR, requests=36_000, success=36_000)
     advice = diagnose.advise(wl, w)
-    (d,) = advice.diagnoses
+    d = advice.diagnoses[0]
+    assert d.key == "under_utilised"
     # Half of 1,496,400 J saved over 36,000 inferences = 20.783 J per inference (the month's
     # scale of 1,440 cancels: both energy and inferences are scaled by it).
     assert advice.monthly.inferences == 36_000

@@ -53,6 +53,13 @@ PAGES = [
     ("advisor-compare", "get", "/teams/{slug}/advisor/compare/", "viewer", 200, None),
     ("advisor-workload", "get", "/teams/{slug}/advisor/workloads/{workload}/", "viewer", 200,
      None),
+    ("advisor-pairs", "get", "/teams/{slug}/advisor/variants/", "viewer", 200, None),
+    ("advisor-pair", "get", "/teams/{slug}/advisor/variants/{pair}/", "viewer", 200, None),
+    ("advisor-pair-new", "post", "/teams/{slug}/advisor/variants/new", "member", 302,
+     {"label": "batch 8 vs 32", "a": "ranker", "a_start": "2026-11-20T00:00",
+      "a_end": "2026-11-20T06:00", "b": "ranker"}),
+    ("advisor-pair-delete", "post", "/teams/{slug}/advisor/variants/{pair}/delete", "member",
+     302, {}),
     ("benchmark-history", "get", "/teams/{slug}/benchmarks/{workload}/", "viewer", 200, None),
     ("benchmark-run", "get", "/teams/{slug}/benchmarks/runs/{run}/", "viewer", 200, None),
     ("benchmark-ack", "post", "/teams/{slug}/benchmarks/runs/{run}/acknowledge/", "member", 302,
@@ -103,8 +110,16 @@ def things(team, host):
     override = PriceOverride.objects.create(team=team, kind="discount", discount_pct=5,
                                             source="old contract")
     site = Site.objects.create(team=team, name="Main DC", pue=1.4)
+    import datetime as dt
+
+    from greenops.advisor.models import VariantPair
+
+    now = timezone.now()
+    pair = VariantPair.objects.create(team=team, label="fp16 vs int8", a_workload=workload,
+                                      b_workload=workload, a_start=now,
+                                      a_end=now + dt.timedelta(hours=1))
     return {"host": host[0].id, "workload": workload.slug, "job": job.id, "token": token.id,
-            "run": run.id, "override": override.id, "site": site.id}
+            "run": run.id, "override": override.id, "site": site.id, "pair": pair.id}
 
 
 def _path(template: str, team, things) -> str:

@@ -22,7 +22,8 @@ def test_matrix_says_what_the_issue_says():
     viewer = allowed_actions("viewer")
     assert viewer == {"team.view", "hosts.view", "members.view"}  # viewers read
     assert allowed_actions("member") - viewer == {"alerts.manage", "reports.manage",
-                                                  "runs.upload", "benchmarks.acknowledge"}
+                                                  "runs.upload", "benchmarks.acknowledge",
+                                                  "variants.manage"}
     assert allowed_actions("admin") - allowed_actions("member") == {
         "hosts.manage", "workloads.manage", "channels.manage", "tokens.manage", "audit.view",
         "prices.manage", "sites.manage"}  # issue 9: prices and sites are team setup

@@ -4,10 +4,12 @@ check, parse, the domain function, render."""
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from greenops import windows
 from greenops.advisor import diagnose, variants
+from greenops.advisor.models import VariantPair
 from greenops.errors import FieldError, invalid
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
@@ -62,3 +64,50 @@ def compare(request: HttpRequest, team: Team) -> HttpResponse:
         return render(request, "advisor/compare.html", context, status=400)
     context.update(a=a, b=b, comparison=variants.compare(team, a, b))
     return render(request, "advisor/compare.html", context)
+
+
+# ---- Marked variant pairs ------------------------------------------------------------------
+
+def _pairs_context(request: HttpRequest, team: Team) -> dict:
+    return {"team": team, "pairs": VariantPair.objects.filter(team=team).select_related(
+                "a_workload", "b_workload", "created_by"),
+            "workloads": list(Workload.objects.filter(team=team)),
+            "can_manage": "variants.manage" in request.team_actions, "form": request.POST}
+
+
+@team_permission("team.view")
+def pairs(request: HttpRequest, team: Team) -> HttpResponse:
+    return render(request, "advisor/pairs.html", _pairs_context(request, team))
+
+
+@require_POST
+@team_permission("variants.manage")
+def pair_new(request: HttpRequest, team: Team) -> HttpResponse:
+    try:
+        pair = variants.create_pair(team, request.POST, request.user)
+    except FieldError as exc:
+        context = _pairs_context(request, team)
+        context["error"] = exc
+        return render(request, "advisor/pairs.html", context, status=400)
+    return redirect("advisor-pair", slug=team.slug, pair_id=pair.id)
+
+
+@team_permission("team.view")
+def pair(request: HttpRequest, team: Team, pair_id: int) -> HttpResponse:
+    found = get_object_or_404(VariantPair.objects.select_related("a_workload", "b_workload"),
+                              team=team, id=pair_id)
+    key = windows.range_from_request(request, diagnose.RANGES, default="week")
+    a, b = variants.pair_sides(found, diagnose.window(key))
+    return render(request, "advisor/pair.html", {
+        "team": team, "pair": found, "a": a, "b": b, "range_key": key,
+        "ranges": diagnose.RANGES, "comparison": variants.compare(team, a, b),
+        "uses_range": found.a_start is None or found.b_start is None,
+        "can_manage": "variants.manage" in request.team_actions})
+
+
+@require_POST
+@team_permission("variants.manage")
+def pair_delete(request: HttpRequest, team: Team, pair_id: int) -> HttpResponse:
+    # A second click (already deleted) lands on the list too, rather than a 404.
+    VariantPair.objects.filter(team=team, id=pair_id).delete()
+    return redirect("advisor-pairs", slug=team.slug)

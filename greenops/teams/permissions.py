@@ -41,6 +41,8 @@ MATRIX: dict[str, Rule] = {
     # Accepting a measured regression is a review decision, like a code review's approval.
     "benchmarks.acknowledge": Rule(Role.MEMBER, "Acknowledge a benchmark regression with a "
                                    "reason"),
+    # Marking two workloads or periods as variants is analysis a member does, like a report.
+    "variants.manage": Rule(Role.MEMBER, "Mark and unmark workload variants to compare"),
     "hosts.manage": Rule(Role.ADMIN, "Add hosts, revoke or rotate host tokens, remove hosts"),
     "workloads.manage": Rule(Role.ADMIN, "Register and change workloads"),
     # Prices and sites change every cost and carbon figure the team sees: team setup.
