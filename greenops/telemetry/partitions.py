@@ -350,21 +350,19 @@ def _pending_oldest_us() -> tuple[int | None, int]:
 
 def _unrolled(spec: Spec, lo: dt.datetime | None, hi: dt.datetime) -> int:
     """GPUs whose sample count over [lo, hi) in this table differs from their day rollups'
-    (0 = every row of the range is in the rollups kept forever)."""
+    (0 = every row of the range is in the rollups kept forever). One scan of the partition (a
+    raw day is a UTC day bucket, a minute week seven of them) and of the day rollups' range."""
     count = "count(*)" if spec is RAW else "sum(samples)"
-    lo_sql = f"{spec.column} >= %s AND " if lo else ""
     adapt = connection.ops.adapt_datetimefield_value  # SQLite compares its own text format
-    params = [adapt(lo)] if lo else []
-    hi = adapt(hi)
+    lo_sql = "{col} >= %s AND " if lo else ""
+    params = [adapt(lo), adapt(hi)] if lo else [adapt(hi)]
     with connection.cursor() as c:
         c.execute(f"SELECT gpu_id, {count} FROM {_q(spec.table)} "
-                  f"WHERE {lo_sql}{spec.column} < %s GROUP BY gpu_id", [*params, hi])
+                  f"WHERE {lo_sql.format(col=spec.column)}{spec.column} < %s GROUP BY gpu_id",
+                  params)
         here = dict(c.fetchall())
-        day_lo = "bucket >= %s AND " if lo else ""
-        c.execute(f"SELECT gpu_id, sum(samples) FROM telemetry_gpuday WHERE {day_lo}"
-                  f"bucket < %s AND gpu_id IN (SELECT DISTINCT gpu_id FROM {_q(spec.table)} "
-                  f"WHERE {lo_sql}{spec.column} < %s) GROUP BY gpu_id",
-                  [*params, hi, *params, hi])
+        c.execute(f"SELECT gpu_id, sum(samples) FROM telemetry_gpuday "
+                  f"WHERE {lo_sql.format(col='bucket')}bucket < %s GROUP BY gpu_id", params)
         days = dict(c.fetchall())
     return sum(1 for g, n in here.items() if int(days.get(g) or 0) != int(n))
 
