@@ -55,9 +55,18 @@ def test_diagnosis_then_variant_comparison(live_server, page, users, team):  # n
     under.wait_for()
     assert "serve the measured load on 2 of 4 GPUs" in under.inner_text()
     assert "kWh" in under.locator(".effect").inner_text()
-    assert page.locator("#diagnosis-power_capped").is_visible()
+    capped = page.locator("#diagnosis-power_capped")
+    assert capped.is_visible()
+    # One cap measured: the published curve, labelled so, with its source.
+    assert "published-curve estimate" in capped.locator(".effect").first.inner_text()
+    assert "arXiv 2205.09646" in capped.inner_text()
     assert page.locator("#diagnosis-memory_bound").count() == 0
     assert "memory utilisation reported by 0 % of samples" in page.locator("#skipped").inner_text()
+    # 4 A100s 20 % busy: a different GPU from the published table, priced from the catalog,
+    # each considered GPU linking its datasheet.
+    other = page.locator("#diagnosis-smaller_gpu")
+    assert other.is_visible() and "estimate" in other.locator(".effect").first.inner_text()
+    assert other.locator("#alternatives a[href^='https://']").count() >= 3
     _shot(page, "diagnosis")
 
     page.get_by_role("link", name="Compare variants").click()
@@ -73,3 +82,20 @@ def test_diagnosis_then_variant_comparison(live_server, page, users, team):  # n
     assert "400" in text and "250" in text and "-37.5 %" in text and "beyond noise" in text
     assert "unknown" in page.locator("#line-latency_p99_ms").inner_text()
     _shot(page, "compare")
+
+    # Keep the comparison as a marked pair, find it under Variants, open it, delete it.
+    page.locator("#id_pair_label").fill("fp16 vs int8")
+    page.get_by_role("button", name="Mark as variants").click()
+    page.locator("#line-energy_per_inference_j").wait_for()
+    assert page.locator("h1").inner_text().startswith("fp16 vs int8")
+    assert "-37.5 %" in page.locator("#line-energy_per_inference_j").inner_text()
+    _shot(page, "pair")
+    page.get_by_role("link", name="Variants", exact=True).click()
+    row = page.locator("#pairs tbody tr")
+    row.first.wait_for()
+    assert row.count() == 1 and "fp16 vs int8" in row.first.inner_text()
+    assert "2026-11-20 10:00" in row.first.inner_text()
+    _shot(page, "pairs")
+    page.once("dialog", lambda dialog: dialog.accept())  # the delete asks first
+    row.first.get_by_role("button", name="Delete pair fp16 vs int8").click()
+    page.locator("#no-pairs").wait_for()

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 TEAM_PAGES = [
     "", "?range=hour", "?range=quarter", "kpis/", "kpis/?range=hour", "workloads/",
-    "benchmarks/", "hosts/",
+    "benchmarks/", "advisor/variants/", "advisor/compare/", "hosts/",
     "hosts/add/", "hosts/{host}/", "hosts/{host}/edit/", "carbon/runs/", "carbon/sites/",
     "carbon/sites/new/", "costs/", "costs/prices/", "alerts/", "alerts/channels/", "reports/",
     "members/", "permissions/", "api-tokens/", "audit/", "settings/",
