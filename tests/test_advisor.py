@@ -130,7 +130,7 @@ def test_memory_bound_and_power_capped_profile(workload):
     assert "arXiv 2205.09646" in capped.effect.method
     assert "about 180 W" in capped.levers[0]  # 60 % of the 300 W limit
     assert capped.effect.usd_per_month is None and "near full" in capped.effect.unknown
-    assert [s for s in advice.skipped if not s.startswith("PCIe")] == []
+    assert [s for s in advice.skipped if not s.startswith(("PCIe", "NVLink"))] == []
 
 
 @pytest.mark.django_db
@@ -140,7 +140,7 @@ def test_unsupported_metrics_give_no_diagnosis_that_depends_on_them(workload):
     send(profile_batch(util=92.0, mem_util=None, throttle=None))
     advice = diagnose.advise(wl, week())
     keys = {d.key for d in advice.diagnoses}
-    assert not keys & {"memory_bound", "power_capped", "thermal", "input_bound"}
+    assert not keys & {"memory_bound", "power_capped", "thermal", "pcie_bound", "nvlink_bound"}
     skipped = "; ".join(advice.skipped)
     assert "memory-bandwidth: memory utilisation reported by 0 % of samples" in skipped
     assert "power/thermal throttling: throttle reasons reported by 0 % of samples" in skipped

@@ -133,7 +133,7 @@ def test_input_bound_on_pcie(serve):
     send(profile_batch(util=50.0, mem_util=30.0, throttle=0x0, pcie_rx=20_000_000.0,
                        pcie_tx=1_000.0))
     advice = diagnose.advise(wl, week())
-    d = next(d for d in advice.diagnoses if d.key == "input_bound")
+    d = next(d for d in advice.diagnoses if d.key == "pcie_bound")
     assert "64 % of the NVIDIA A100 40GB SXM's published 32 GB/s each way" in d.evidence[0]
     assert "host → GPU (RX)" in d.evidence[0]
     # ceil(4 x 50 / 70) = 3 of 4 GPUs: 25 % of the measured 598.56 kWh, as an upper bound.
@@ -148,7 +148,7 @@ def test_no_link_rate_no_link_diagnosis(serve):
     wl, host, send = serve(instance_type="", gpu_name="Mystery GPU 9000")
     send(profile_batch(util=50.0, mem_util=30.0, throttle=0x0, pcie_rx=20_000_000.0))
     advice = diagnose.advise(wl, week())
-    assert not {"input_bound", "smaller_gpu"} & {d.key for d in advice.diagnoses}
+    assert not {"pcie_bound", "smaller_gpu"} & {d.key for d in advice.diagnoses}
     assert "PCIe: the GPU's published link rate is unknown" in advice.skipped
     assert ("smaller or newer GPU: 'Mystery GPU 9000' is not in the published GPU table"
             in advice.skipped)

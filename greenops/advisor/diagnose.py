@@ -639,27 +639,53 @@ def _pct(x: float | None) -> str:
 
 # ---- Input- or communication-bound --------------------------------------------------------
 
-def _link_bound(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None,
-                conf: tuple[str, str]) -> Diagnosis | None:
-    """PCIe moving at least LINK_BOUND_SHARE of the published per-direction link rate on
-    average while the GPU stays below SM_WAIT_UTIL_PCT busy: the SMs wait on transfers."""
-    if spec is None or spec.pcie_kib_s_each_way is None or p.util_pct is None:
-        return None
-    busiest = max(p.pcie_tx_kib_s or 0.0, p.pcie_rx_kib_s or 0.0)
-    share = busiest / spec.pcie_kib_s_each_way
-    if share < LINK_BOUND_SHARE or p.util_pct >= SM_WAIT_UTIL_PCT:
-        return None
-    direction = "host → GPU (RX)" if (p.pcie_rx_kib_s or 0) >= (p.pcie_tx_kib_s or 0) \
-        else "GPU → host (TX)"
-    evidence = [f"PCIe {direction} {busiest / 1e6 * 1024 / 1e3:.1f} GB/s on average, "
-                f"{share * 100:.0f} % of the {spec.model}'s published "
-                f"{spec.pcie_gb_s / 2:.0f} GB/s each way",
-                f"GPU utilisation {p.util_pct:.1f} % (below {SM_WAIT_UTIL_PCT:.0f} %): the SMs "
-                "wait on transfers"]
-    levers = ["feed from pinned memory with more data-loader workers and prefetch",
+LINKS = {
+    "pcie": ("PCIe", "Input-bound (PCIe)", "host → GPU (RX)", "GPU → host (TX)",
+             ["feed from pinned memory with more data-loader workers and prefetch",
               "keep tensors on the GPU between steps; move pre-processing onto the GPU",
-              "place the job where its GPUs share a faster link (NVLink, PCIe Gen5)"]
-    needed = max(1, math.ceil(p.gpus * p.util_pct / TARGET_UTIL_PCT))
+              "place the job where its GPUs share a faster link (NVLink, PCIe Gen5)"]),
+    "nvlink": ("NVLink", "Communication-bound (NVLink)", "received (RX)", "sent (TX)",
+               ["overlap collectives with compute (bucketed all-reduce, async tensor parallel)",
+                "fewer, larger exchanges: a bigger per-GPU batch or gradient accumulation",
+                "keep tensor-parallel groups inside one NVLink domain; shard less"]),
+}
+
+
+def _link_traffic(p: Profile, link: str) -> tuple[float | None, float | None, float]:
+    if link == "pcie":
+        return p.pcie_tx_kib_s, p.pcie_rx_kib_s, p.pcie_share
+    return p.nvlink_tx_kib_s, p.nvlink_rx_kib_s, p.nvlink_share
+
+
+def _busy(p: Profile) -> tuple[float | None, str]:
+    """How busy the SMs were: DCGM's SM activity where reported (the share of cycles an SM had
+    work), else NVML's utilisation (the share of time any kernel ran: coarser, labelled)."""
+    if p.sm_active_share >= MIN_METRIC_SHARE and p.sm_active_pct is not None:
+        return p.sm_active_pct, "SM active (DCGM)"
+    return p.util_pct, "GPU utilisation (NVML)"
+
+
+def _link_bound(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None, link: str,
+                conf: tuple[str, str]) -> Diagnosis | None:
+    """The link moving at least LINK_BOUND_SHARE of its published per-direction rate on
+    average while the SMs stay below SM_WAIT_UTIL_PCT busy: the SMs wait on transfers."""
+    name, title, rx_text, tx_text, levers = LINKS[link]
+    rate = spec.link_kib_s_each_way(link) if spec else None
+    busy, busy_label = _busy(p)
+    tx, rx, _ = _link_traffic(p, link)
+    if rate is None or busy is None:
+        return None
+    busiest = max(tx or 0.0, rx or 0.0)
+    share = busiest / rate
+    if share < LINK_BOUND_SHARE or busy >= SM_WAIT_UTIL_PCT:
+        return None
+    direction = rx_text if (rx or 0) >= (tx or 0) else tx_text
+    evidence = [f"{name} {direction} {busiest * 1024 / 1e9:.1f} GB/s on average, "
+                f"{share * 100:.0f} % of the {spec.model}'s published "
+                f"{rate * 1024 / 1e9:.0f} GB/s each way",
+                f"{busy_label} {busy:.1f} % (below {SM_WAIT_UTIL_PCT:.0f} %): the SMs wait on "
+                "transfers"]
+    needed = max(1, math.ceil(p.gpus * busy / TARGET_UTIL_PCT))
     if needed < p.gpus:
         freed = (p.gpus - needed) / p.gpus
         effect = _scaled_effect(
@@ -667,12 +693,12 @@ def _link_bound(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None,
             unknown="" if m.usd is not None else f"cost unknown: {m.usd_problem}",
             method=(f"upper bound: with the transfers no longer stalling the SMs, the same work "
                     f"fits {needed} of {p.gpus} GPUs at {TARGET_UTIL_PCT:.0f} % "
-                    f"({p.gpus} × {p.util_pct:.1f} % ÷ {TARGET_UTIL_PCT:.0f} %); the freed "
+                    f"({p.gpus} × {busy:.1f} % ÷ {TARGET_UTIL_PCT:.0f} %); the freed "
                     "GPUs' share of the measured month. Not additive with under-utilised."))
     else:
-        effect = Effect(unknown="one GPU: faster input shortens the work but the GPU stays "
+        effect = Effect(unknown="one GPU: faster transfers shorten the work but the GPU stays "
                                 "billed; measure the fix as a variant")
-    return Diagnosis("input_bound", "Input-bound (PCIe)", evidence, levers, effect,
+    return Diagnosis(f"{link}_bound", title, evidence, list(levers), effect,
                      *_estimate_confidence(conf, "link rate from the datasheet"))
 
 
@@ -862,15 +888,20 @@ def advise(workload: Workload, window: windows.Window) -> Advice:
                               f"{p.mem_util_share * 100:.0f} % of samples"
                               + ("" if not HAS_DCGM else
                                  f", DCGM DRAM activity by {p.dram_share * 100:.0f} %"))
-    if p.pcie_share >= MIN_METRIC_SHARE:
-        found = _link_bound(p, m, spec, conf)
-        if found:
-            advice.diagnoses.append(found)
-        elif spec is None or spec.pcie_kib_s_each_way is None:
-            advice.skipped.append("PCIe: the GPU's published link rate is unknown")
-    else:
-        advice.skipped.append(f"PCIe: throughput reported by {p.pcie_share * 100:.0f} % of "
-                              "samples")
+    for link in ("pcie", "nvlink"):
+        label = LINKS[link][0]
+        reported = _link_traffic(p, link)[2]
+        if link == "nvlink" and not HAS_DCGM:
+            advice.skipped.append("NVLink: not collected by this server")
+        elif reported < MIN_METRIC_SHARE:
+            advice.skipped.append(f"{label}: throughput reported by {reported * 100:.0f} % of "
+                                  "samples")
+        elif spec is None or spec.link_kib_s_each_way(link) is None:
+            advice.skipped.append(f"{label}: the GPU's published link rate is unknown")
+        else:
+            found = _link_bound(p, m, spec, link, conf)
+            if found:
+                advice.diagnoses.append(found)
     tradeoff = cap_tradeoff(workload, window) or pair_tradeoff(workload, window)
     if p.throttle_share >= MIN_METRIC_SHARE or tradeoff is not None:
         advice.diagnoses.extend(_throttled(

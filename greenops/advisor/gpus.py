@@ -31,6 +31,7 @@ class GpuSpec:
     fp16_tensor_dense_tflops: float | None
     int8_tensor_dense_tops: float | None
     pcie_gb_s: float | None  # both directions together, as datasheets print it
+    nvlink_gb_s: float | None  # all links, both directions; None: no NVLink
     source_url: str
     read_via: str
     retrieved: str
@@ -40,10 +41,14 @@ class GpuSpec:
     def memory_mib(self) -> float | None:
         return None if self.memory_gb is None else self.memory_gb * MIB_PER_GB
 
+    def link_kib_s_each_way(self, link: str) -> float | None:
+        """One direction of "pcie" or "nvlink" in NVML's and DCGM's unit (KiB/s)."""
+        both = self.pcie_gb_s if link == "pcie" else self.nvlink_gb_s
+        return None if both is None else both / 2 * 1e9 / 1024
+
     @property
     def pcie_kib_s_each_way(self) -> float | None:
-        """One direction of the link in NVML's unit (KiB/s)."""
-        return None if self.pcie_gb_s is None else self.pcie_gb_s / 2 * 1e9 / 1024
+        return self.link_kib_s_each_way("pcie")
 
     def capacity(self, resource: str) -> float | None:
         return {"compute": self.fp16_tensor_dense_tflops,
@@ -63,7 +68,8 @@ def table() -> tuple[GpuSpec, ...]:
             memory_bandwidth_gb_s=_num(row["memory_bandwidth_gb_s"]),
             fp16_tensor_dense_tflops=_num(row["fp16_tensor_dense_tflops"]),
             int8_tensor_dense_tops=_num(row["int8_tensor_dense_tops"]),
-            pcie_gb_s=_num(row["pcie_gb_s"]), source_url=row["source_url"],
+            pcie_gb_s=_num(row["pcie_gb_s"]), nvlink_gb_s=_num(row["nvlink_gb_s"]),
+            source_url=row["source_url"],
             read_via=row["read_via"], retrieved=row["retrieved"], note=row["note"],
         ) for row in csv.DictReader(f))
 
