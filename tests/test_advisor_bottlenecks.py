@@ -246,3 +246,16 @@ def test_power_line_through_the_measurement():
     q = replace(p, util_pct=92.0, power_w=215.0)
     assert diagnose.power_at(q, 300.0, 46.0, 300.0) == pytest.approx(107.5)
     assert diagnose.power_at(replace(p, power_w=None), 400.0, 60.0, 400.0) is None
+
+
+@pytest.mark.django_db
+def test_a10g_without_published_throughput_gets_no_estimate(serve):
+    # AWS's A10G: no NVIDIA datasheet, so no tensor throughput in the table: the rule says so
+    # rather than scaling from a guess.
+    wl, host, send = serve(gpus_n=1, instance_type="g5.xlarge", gpu_name="NVIDIA A10G")
+    send(profile_batch(util=20.0, mem_util=15.0, throttle=0x0, gpus=1, power=60.0,
+                       limit=300.0, mem_used=8_000.0, n_min=60))
+    advice = diagnose.advise(wl, week())
+    assert "smaller_gpu" not in {d.key for d in advice.diagnoses}
+    assert ("smaller or newer GPU: the NVIDIA A10G's dense FP16 tensor throughput is not "
+            "published" in advice.skipped)

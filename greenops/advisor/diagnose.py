@@ -804,6 +804,14 @@ def _alternative_gpu(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None, hos
     if m.usd is None:
         skipped.append(f"{rule}: the current cost is unknown ({m.usd_problem})")
         return None
+    resource, _ = _bound_resource(p)
+    unpublished = [key for key in ([resource] if resource else ["compute", "memory"])
+                   if spec.capacity(key) is None]
+    if unpublished:
+        what = {"compute": "dense FP16 tensor throughput", "memory": "memory bandwidth"}
+        skipped.append(f"{rule}: the {spec.model}'s "
+                       f"{' and '.join(what[k] for k in unpublished)} is not published")
+        return None
     found, resource_text, why = alternatives(p, m, spec, hosts)
     if why:
         skipped.append(f"{rule}: {why}")
