@@ -11,7 +11,9 @@ import datetime as dt
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 
+import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -26,21 +28,80 @@ log = logging.getLogger(__name__)
 
 
 _HOST_BY_TOKEN = f"SELECT * FROM {Host._meta.db_table} WHERE token_hash = %s"
+_TOKEN_EXISTS = f"SELECT 1 FROM {Host._meta.db_table} WHERE token_hash = %s"
 _GPUS_OF_HOST = f"SELECT \"index\", id FROM {Gpu._meta.db_table} WHERE host_id = %s"
 
 
-def host_for_token(header: str | None) -> Host:
+def _bearer(header: str | None) -> str:
     if not header or not header.startswith("Bearer "):
         raise FieldError(401, "unauthorized", "Authorization",
                           "send the host token as 'Authorization: Bearer <token>'")
-    token = header[len("Bearer "):].strip()
+    return header[len("Bearer "):].strip()
+
+
+def _unknown_token() -> FieldError:
+    return FieldError(401, "unauthorized", "Authorization", "unknown or revoked host token")
+
+
+def host_for_token(header: str | None) -> Host:
+    token = _bearer(header)
     # Raw SQL: the ORM spent more CPU compiling this query (with its join to team) than the
     # database spent answering it -- about a third of the web's CPU per 80-sample batch. The
     # team, where an endpoint needs it, loads on first access.
     host = next(iter(Host.objects.raw(_HOST_BY_TOKEN, [hash_token(token)])), None)
     if host is None:
-        raise FieldError(401, "unauthorized", "Authorization", "unknown or revoked host token")
+        raise _unknown_token()
     return host
+
+
+# --- the samples endpoint: token check before the body is read, one statement after ----------
+#
+# Agents post a batch every few seconds, so the lookup of the token's host was a third of the
+# request. This process remembers the hashes of tokens the database confirmed, but nothing is
+# ever accepted on that memory alone: the statement that stores the batch finds the host by the
+# token's hash again, in the same snapshot as the insert. A token revoked or rotated a moment ago
+# therefore stores nothing and answers 401 at once, in every web process, with no invalidation
+# to forget; the cache only spares the known-good case a round trip before the body is parsed
+# (an unknown token is still refused before the server spends anything on its body).
+TOKEN_CACHE_TTL_S = 300.0
+TOKEN_CACHE_MAX = 10_000
+_confirmed_tokens: dict[str, float] = {}  # token sha256 -> time.monotonic() the database said yes
+
+
+@dataclass(frozen=True)
+class SamplesAuth:
+    """request.auth of POST /samples: the token's hash, and whether this process took it from
+    its cache (so a 4xx about the body re-checks the token first, as a fresh lookup would)."""
+
+    token_hash: str
+    cached: bool
+
+
+def samples_auth(header: str | None) -> SamplesAuth:
+    digest = hash_token(_bearer(header))
+    confirmed = _confirmed_tokens.get(digest)
+    if confirmed is not None and time.monotonic() - confirmed < TOKEN_CACHE_TTL_S:
+        return SamplesAuth(digest, cached=True)
+    _confirm_token(digest)
+    return SamplesAuth(digest, cached=False)
+
+
+def _confirm_token(digest: str) -> None:
+    """401 unless a host holds this token now; remember it if one does."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TOKEN_EXISTS, [digest])
+        found = cursor.fetchone() is not None
+    if not found:
+        _confirmed_tokens.pop(digest, None)
+        raise _unknown_token()
+    if len(_confirmed_tokens) >= TOKEN_CACHE_MAX:
+        _confirmed_tokens.clear()
+    _confirmed_tokens[digest] = time.monotonic()
+
+
+def forget_tokens() -> None:
+    """Empty this process's token cache (tests; nothing depends on it for correctness)."""
+    _confirmed_tokens.clear()
 
 
 def known_gpus(host: Host | int) -> dict[int, int]:
@@ -82,6 +143,119 @@ def accept_batch(host: Host, body: bytes, content_encoding: str | None) -> dict:
 
     transaction.on_commit(lambda: _kick(store_batch, str(batch.batch_id)))
     return {"batch_id": str(batch.batch_id), "status": "queued", "samples": batch.n}
+
+
+# One round trip stores a valid batch: find the token's host, check the batch's GPU indices
+# against the host's GPUs, insert the batch row unless its id is taken, and touch the host (as
+# _touch_host would) -- then report what it found, so the rare outcomes (unknown token, unknown
+# GPU, a resend, another host's id) are answered exactly as accept_batch answers them. The owner
+# subquery runs in the statement's snapshot, so it sees a row that existed before, not `ins`.
+_ACCEPT = f"""
+WITH h AS (
+    SELECT id FROM {Host._meta.db_table} WHERE token_hash = %(token)s
+), g AS (
+    SELECT coalesce(array_agg("index"::integer), '{{}}') AS idx
+    FROM {Gpu._meta.db_table} WHERE host_id = (SELECT id FROM h)
+), ins AS (
+    INSERT INTO {IngestBatch._meta.db_table}
+        (id, host_id, received_at, n_samples, payload, gzip_encoded, status, error)
+    SELECT %(id)s, h.id, %(now)s, %(n)s, %(payload)s, %(gzip)s, 'pending', ''
+    FROM h, g WHERE %(gpus)s::integer[] <@ g.idx
+    ON CONFLICT (id) DO NOTHING
+    RETURNING host_id
+), touch AS (
+    UPDATE {Host._meta.db_table} AS t SET
+        last_seen = %(now)s,
+        agent_version = CASE WHEN %(version)s <> '' THEN %(version)s ELSE t.agent_version END,
+        spool_depth = CASE WHEN %(spool)s THEN %(depth)s ELSE t.spool_depth END,
+        spool_oldest_age_s = CASE WHEN %(spool)s THEN %(age)s ELSE t.spool_oldest_age_s END,
+        spool_reported_at = CASE WHEN %(spool)s THEN %(now)s ELSE t.spool_reported_at END
+    FROM ins
+    WHERE t.id = ins.host_id AND (
+        t.last_seen IS NULL OR t.last_seen <= %(stale)s
+        OR (%(version)s <> '' AND %(version)s <> t.agent_version)
+        OR (%(spool)s AND %(depth)s = 0 AND t.spool_depth IS DISTINCT FROM 0))
+    RETURNING t.id
+)
+SELECT h.id, g.idx, (SELECT count(*) FROM ins),
+       (SELECT host_id FROM {IngestBatch._meta.db_table} WHERE id = %(id)s)
+FROM h, g
+"""
+
+
+def accept_samples(auth: SamplesAuth, body: bytes, content_encoding: str | None) -> dict:
+    """POST /samples: accept_batch's answers and guarantees, in one database round trip.
+
+    The batch row is durable when this returns (an autocommitted statement), the batch id makes
+    a resend a no-op, and nothing is stored unless the token, the body and every GPU index are
+    valid. SQLite (embedded default) takes accept_batch's path."""
+    if connection.vendor != "postgresql":
+        host = next(iter(Host.objects.raw(_HOST_BY_TOKEN, [auth.token_hash])), None)
+        if host is None:
+            raise _unknown_token()
+        return accept_batch(host, body, content_encoding)
+    try:
+        doc = parse_body(body, content_encoding)
+        batch = wire.parse_batch(
+            doc,
+            now_s=time.time(),
+            max_samples=settings.INGEST_MAX_SAMPLES,
+            max_future_s=settings.INGEST_MAX_FUTURE_S,
+            max_age_s=settings.INGEST_MAX_AGE_S,
+        )
+        spool_error = spool = None
+        try:
+            spool = wire.parse_spool_report(doc)
+        except FieldError as exc:  # answered after the GPU check below, as accept_batch does
+            spool_error = exc
+    except FieldError:
+        if auth.cached:  # a token revoked since it was cached is a 401, whatever its body
+            _confirm_token(auth.token_hash)
+        raise
+    if spool_error is not None:
+        host_id = _host_id(auth.token_hash)
+        wire.check_gpu_indices(batch, set(known_gpus(host_id)))
+        raise spool_error
+    now = timezone.now()
+    params = {
+        "token": auth.token_hash, "id": batch.batch_id, "now": now, "n": batch.n,
+        "payload": body, "gzip": (content_encoding or "").strip().lower() == "gzip",
+        "gpus": [int(i) for i in np.unique(batch.gpu_index)],
+        "version": batch.agent_version, "spool": spool is not None,
+        "depth": spool[0] if spool else None, "age": spool[1] if spool else None,
+        "stale": now - dt.timedelta(seconds=LAST_SEEN_RESOLUTION_S),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_ACCEPT, params)
+        row = cursor.fetchone()
+    if row is None:  # revoked or rotated since this process cached the token
+        _confirmed_tokens.pop(auth.token_hash, None)
+        raise _unknown_token()
+    host_id, gpu_indices, inserted, owner = row
+    answer = {"batch_id": str(batch.batch_id), "samples": batch.n}
+    if not inserted:
+        wire.check_gpu_indices(batch, set(gpu_indices))  # the 422 if that is what stopped it
+        if owner is None:  # taken by a request that committed after this statement began
+            owner = IngestBatch.objects.filter(id=batch.batch_id).values_list(
+                "host_id", flat=True).first()
+        if owner != host_id:
+            raise FieldError(409, "conflict", "batch_id", "this batch id belongs to another host")
+        return {**answer, "status": "duplicate"}
+    from greenops.telemetry.tasks import store_batch
+
+    transaction.on_commit(lambda: _kick(store_batch, str(batch.batch_id)))
+    return {**answer, "status": "queued"}
+
+
+def _host_id(token_hash: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {Host._meta.db_table} WHERE token_hash = %s",
+                       [token_hash])
+        row = cursor.fetchone()
+    if row is None:
+        _confirmed_tokens.pop(token_hash, None)
+        raise _unknown_token()
+    return row[0]
 
 
 def _insert_once(row: IngestBatch) -> bool:
