@@ -99,3 +99,63 @@ def test_one_queued_store_task_covers_the_batches_committed_meanwhile(settings, 
     ingest._kick(tasks.store_batch, "d")
     ingest._kick(tasks.store_batch, "e")
     assert published == ["a", "c", "d", "e"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_batches_another_worker_holds_are_passed_over_for_the_next(team, monkeypatch):
+    """Two worker processes share a backlog: while one holds the head of the queue, the other
+    claims the batches after it (the claim once sized its group over the held rows and came back
+    empty, so one process stored every big batch alone)."""
+    import psycopg
+
+    monkeypatch.setattr(ingest, "GROUP_MAX_SAMPLES", 20)  # two of these 10-sample batches
+    host, _ = make_host(team, name="shared", gpus=2)
+    t0 = float(int(time.time()) - 600)
+    ids = [pend(host, make_batch(n_per_gpu=5, start=t0 + 5 * i)) for i in range(6)]
+    params = {k: v for k, v in connection.get_connection_params().items()
+              if k != "cursor_factory"}
+    with psycopg.connect(**params) as other:  # "the other worker" holds the first two
+        other.execute("SELECT id FROM telemetry_ingestbatch WHERE id = ANY(%s) FOR UPDATE",
+                      ([uuid.UUID(i) for i in ids[:2]],))
+        assert ingest.process_pending(str(uuid.uuid4())) is None  # e.g. a beat catch-up run
+        other.rollback()
+    status = dict(IngestBatch.objects.values_list("id", "status"))
+    assert [status[uuid.UUID(i)] for i in ids] == ["pending"] * 2 + ["done"] * 4
+    assert GpuSample.objects.count() == 4 * 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_draining_task_stores_batches_that_arrive_meanwhile(team, settings, monkeypatch):
+    """While a store task is storing, the Redis key stays set so new batches queue no task; the
+    task takes them, and it clears the key before its last claim, so none is left behind."""
+    from greenops.telemetry import tasks
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs Redis")
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    published: list[str] = []
+    monkeypatch.setattr(tasks.store_batch, "apply_async",
+                        lambda args, **kw: published.append(args[0]))
+    host, _ = make_host(team, name="drain", gpus=2)
+    t0 = float(int(time.time()) - 600)
+    first = pend(host, make_batch(n_per_gpu=5, start=t0))
+    arrivals = [make_batch(n_per_gpu=5, start=t0 + 5 * (i + 1)) for i in range(3)]
+    key_seen: list[bool] = []
+    real_store_group = ingest._store_group
+
+    def store_group_while_agents_post(mine):
+        result = real_store_group(mine)
+        key_seen.append(bool(ingest._redis().exists(ingest.KICK_KEY)))
+        if arrivals:  # a request commits a batch, sees the key and queues nothing
+            doc = arrivals.pop(0)
+            pend(host, doc)
+            ingest._kick(tasks.store_batch, doc["batch_id"])
+        return result
+
+    monkeypatch.setattr(ingest, "_store_group", store_group_while_agents_post)
+    ingest._redis().set(ingest.KICK_KEY, first, ex=ingest.KICK_TTL_S)  # as the web left it
+    assert ingest.process_pending(first) == 10
+    assert published == []  # every arrival was covered by the running task
+    assert set(IngestBatch.objects.values_list("status", flat=True)) == {"done"}
+    assert GpuSample.objects.count() == 4 * 10
+    assert key_seen[:3] == [True, True, True] and not ingest._redis().exists(ingest.KICK_KEY)
