@@ -111,6 +111,8 @@ class Agent:
         try:
             for index in self.indexes:
                 r = read(index)
+                if r is None:  # no new reading (dcgm-exporter has not refreshed since)
+                    continue
                 energy_j, method = update(index, mono, r.energy_mj, r.power_w)
                 append(ts, index, r, energy_j, method)
         finally:  # what was read is journaled even if a later GPU's read failed

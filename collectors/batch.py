@@ -16,6 +16,15 @@ from typing import Any
 from collectors import __version__
 from collectors.sources import Reading
 
+# Sent only when some sample of the batch has a value (see SampleBuffer.columns).
+PROFILE_FIELDS = (
+    "sm_active_pct",
+    "sm_occupancy_pct",
+    "tensor_active_pct",
+    "dram_active_pct",
+    "nvlink_tx_kib_s",
+    "nvlink_rx_kib_s",
+)
 FIELDS = (
     "ts",
     "gpu_index",
@@ -33,6 +42,7 @@ FIELDS = (
     "pcie_rx_kib_s",
     "throttle_reasons",
     "power_limit_w",
+    *PROFILE_FIELDS,
 )
 
 
@@ -59,6 +69,12 @@ class SampleBuffer:
         self.pcie_rx_kib_s: list[float | None] = []
         self.throttle_reasons: list[int | None] = []
         self.power_limit_w: list[float | None] = []
+        self.sm_active_pct: list[float | None] = []
+        self.sm_occupancy_pct: list[float | None] = []
+        self.tensor_active_pct: list[float | None] = []
+        self.dram_active_pct: list[float | None] = []
+        self.nvlink_tx_kib_s: list[float | None] = []
+        self.nvlink_rx_kib_s: list[float | None] = []
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -87,9 +103,22 @@ class SampleBuffer:
         self.pcie_rx_kib_s.append(r.pcie_rx_kib_s)
         self.throttle_reasons.append(r.throttle_reasons)
         self.power_limit_w.append(r.power_limit_w)
+        self.sm_active_pct.append(r.sm_active_pct)
+        self.sm_occupancy_pct.append(r.sm_occupancy_pct)
+        self.tensor_active_pct.append(r.tensor_active_pct)
+        self.dram_active_pct.append(r.dram_active_pct)
+        self.nvlink_tx_kib_s.append(r.nvlink_tx_kib_s)
+        self.nvlink_rx_kib_s.append(r.nvlink_rx_kib_s)
 
     def columns(self) -> dict[str, list[Any]]:
-        return {name: getattr(self, name) for name in FIELDS}
+        """The wire columns. A profiling column that is null throughout is left out: most
+        hosts run no dcgm-exporter, and the server stores an absent optional column as null
+        (unknown) anyway, so the batch need not carry six columns of nulls."""
+        out = {name: getattr(self, name) for name in FIELDS}
+        for name in PROFILE_FIELDS:
+            if not any(v is not None for v in out[name]):
+                del out[name]
+        return out
 
 
 def build_batch(columns: dict[str, list[Any]], source: str, batch_id: str | None = None) -> dict:

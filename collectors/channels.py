@@ -26,8 +26,9 @@ def build_channels(config: AgentConfig, simulated: bool = False) -> list[Channel
         else:
             channels.append(HostEnergyChannel(CodecarbonSource.detect,
                                               config.host_energy_interval))
-    if config.scrape:
-        channels.append(ScrapeChannel(list(config.scrape), config.scrape_interval))
-        log.info("scraping %d inference server(s) every %gs", len(config.scrape),
+    servers = [t for t in config.scrape if t.kind != "dcgm"]  # dcgm: a GPU source (cli.py)
+    if servers:
+        channels.append(ScrapeChannel(servers, config.scrape_interval))
+        log.info("scraping %d inference server(s) every %gs", len(servers),
                  config.scrape_interval)
     return channels

@@ -186,21 +186,26 @@ def run(config: object, source: GpuSource | None = None) -> int:
     from collectors.agent import Agent
     from collectors.channels import build_channels
     from collectors.config import AgentConfig
+    from collectors.dcgm import DcgmUnavailable, open_gpu_source
     from collectors.inventory import build_inventory
     from collectors.shipper import Shipper
     from collectors.simulated import SimulatedSource
-    from collectors.sources import NvmlSource, NvmlUnavailable, load_nvml_lib
+    from collectors.sources import NvmlUnavailable
     from collectors.spool import Spool
     from collectors.transport import HttpTransport
 
     assert isinstance(config, AgentConfig)
+    dcgm = next((t for t in config.scrape if t.kind == "dcgm"), None)
     try:
         if source is None and config.simulate:
             source = SimulatedSource(config.simulate, seed=config.seed)
         elif source is None:
-            source = NvmlSource(load_nvml_lib(config.nvml_lib))
+            source = open_gpu_source(config.nvml_lib, dcgm, config.scrape_interval)
     except NvmlUnavailable as exc:
-        return fail(f"{exc}; use --simulate N to run with simulated GPUs")
+        return fail(f"{exc}; use --simulate N to run with simulated GPUs, or a "
+                    "[[scrape]] kind = \"dcgm\" target to read GPUs from dcgm-exporter")
+    except DcgmUnavailable as exc:
+        return fail(f"no NVML and {exc}")
     if not source.gpus():
         source.close()
         return fail("NVML found no GPUs on this host; use --simulate N to run with simulated GPUs")
@@ -225,7 +230,8 @@ def run(config: object, source: GpuSource | None = None) -> int:
         source,
         spool,
         shipper,
-        interval_s=config.interval,
+        # dcgm-exporter alone: read at the scrape rate (it refreshes every few seconds at best).
+        interval_s=config.scrape_interval if source.kind == "dcgm" else config.interval,
         batch_seconds=config.batch_seconds,
         flush_timeout_s=config.flush_timeout,
         channels=build_channels(config, simulated=bool(config.simulate)),

@@ -82,9 +82,13 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
         if not isinstance(value, list):  # also GREENOPS_SCRAPE: targets need the file
             raise ConfigError(f"{origin}: scrape targets are [[scrape]] tables of the config file")
         try:
-            return tuple(parse_target(doc, f"scrape[{i}]") for i, doc in enumerate(value))
+            targets = tuple(parse_target(doc, f"scrape[{i}]") for i, doc in enumerate(value))
         except TargetError as exc:
             raise ConfigError(f"{origin}: {exc}") from None
+        if sum(t.kind == "dcgm" for t in targets) > 1:
+            raise ConfigError(f"{origin}: at most one kind = \"dcgm\" target (a host has one "
+                              "dcgm-exporter)")
+        return targets
     default = _FIELDS[name].default
     kind = type(default) if default is not None else (int if name == "simulate" else str)
     try:

@@ -19,7 +19,9 @@ OK, WARN, FAIL = "ok", "warn", "FAIL"
 SKEW_WARN_S = 5.0
 SKEW_FAIL_S = 300.0
 # Every metric a reading carries: the doctor reports each one the GPU supports or lacks.
-METRICS = Reading._fields
+# What NVML can measure: the DCGM profiling fields come only from dcgm-exporter.
+DCGM_ONLY = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct")
+METRICS = tuple(m for m in Reading._fields if m not in DCGM_ONLY)
 RAPL_FILE = Path("/sys/class/powercap/intel-rapl/intel-rapl:0/energy_uj")
 
 
@@ -87,7 +89,7 @@ def check_gpus(simulate: int | None, nvml_lib: str | None, lib=None) -> list[Che
             reading = source.read(gpu.index)  # one read finds what this GPU does not support
             values = reading._asdict()
             missing = sorted(set(source.unsupported(gpu.index)) & set(METRICS)
-                             | {m for m, v in values.items() if v is None})
+                             | {m for m, v in values.items() if v is None and m in METRICS})
             supported = [m for m in METRICS if m not in missing]
             limit = f", power limit {gpu.power_limit_w:g} W" if gpu.power_limit_w else ""
             detail = f"{gpu.name}{limit}; measures {', '.join(supported) or 'nothing'}"

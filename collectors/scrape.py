@@ -52,6 +52,9 @@ Kinds (``kind`` in the config):
   (``vllm:time_per_output_token_seconds``, ``vllm:inter_token_latency_seconds`` in newer
   releases).
 * ``custom``: counter and histogram names from the config.
+* ``dcgm``: NVIDIA dcgm-exporter's page -- GPU readings, not inference windows, so no
+  ``workload``: collectors/dcgm.py reads it (profiling fields beside NVML, or every GPU figure
+  where the agent has no NVML). At most one per host.
 
 ``labels = {model = "resnet50"}`` in a target keeps only the series with those label values
 (a Triton or vLLM server often serves several models, each its own workload).
@@ -78,7 +81,7 @@ from collectors import prometheus as prom
 log = logging.getLogger(__name__)
 
 INFERENCE_PATH = "/api/v1/inference"
-KINDS = ("triton", "vllm", "custom")
+KINDS = ("triton", "vllm", "custom", "dcgm")
 UNITS = ("s", "ms", "us")
 MAX_WINDOWS_PER_BATCH = 1000  # the server's limit per request
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a /metrics page beyond this is not an inference server's
@@ -172,7 +175,7 @@ class Target:
     url: str
     kind: str
     workload: str
-    recipe: Recipe
+    recipe: Recipe | None  # None for kind = "dcgm" (GPU readings, not windows)
     labels: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -196,13 +199,19 @@ def parse_target(doc: Any, where: str) -> Target:
         raise TargetError(f"{where}.url must be an http:// or https:// URL, got {url!r}")
     if kind not in KINDS:
         raise TargetError(f"{where}.kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if not isinstance(workload, str) or not workload:
-        raise TargetError(f"{where}.workload must be the workload's slug")
     labels = doc.get("labels", {})
     if not isinstance(labels, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
     ):
         raise TargetError(f"{where}.labels must be a table of strings, e.g. {{model = \"x\"}}")
+    if kind == "dcgm":
+        extra = sorted(set(doc) - {"url", "kind", "labels"})
+        if extra:
+            raise TargetError(f"{where}: a dcgm target takes url and labels only (it reads "
+                              f"GPUs, not a workload), not {', '.join(extra)}")
+        return Target(url, kind, "", None, tuple(sorted(labels.items())))
+    if not isinstance(workload, str) or not workload:
+        raise TargetError(f"{where}.workload must be the workload's slug")
     names = {k: doc.get(k) for k in ("requests", "success", "failure", "tokens",
                                      "latency_histogram")}
     for key, value in names.items():
@@ -603,7 +612,9 @@ class ScrapeChannel:
         self.interval_s = interval_s
         self.clock = clock
         timeout_s = min(10.0, max(0.5, interval_s / 2))
-        self.scrapers = [TargetScraper(t, fetch, timeout_s) for t in targets]
+        # dcgm targets are GPU sources (collectors/dcgm.py), not inference windows.
+        self.scrapers = [TargetScraper(t, fetch, timeout_s) for t in targets
+                         if t.recipe is not None]
         self.windows: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -82,6 +82,7 @@ class SimulatedSource:
                 name=self.model.name,
                 power_limit_w=self.model.power_limit_w,
                 memory_total_mib=self.model.memory_total_mib,
+                max_sm_clock_mhz=self.model.max_sm_clock_mhz,
             )
             for i in range(self._n)
         ]

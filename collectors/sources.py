@@ -28,6 +28,9 @@ class GpuInfo:
     name: str
     power_limit_w: float | None
     memory_total_mib: int | None
+    # nvmlDeviceGetMaxClockInfo: what the clocks of each sample are compared with.
+    max_sm_clock_mhz: float | None = None
+    max_mem_clock_mhz: float | None = None
 
 
 class Reading(NamedTuple):
@@ -46,6 +49,13 @@ class Reading(NamedTuple):
     pcie_rx_kib_s: float | None = None
     throttle_reasons: int | None = None  # nvmlClocksThrottleReason* bitmask
     power_limit_w: float | None = None  # the enforced limit: a cap set at run time shows here
+    # Profiling metrics (DCGM's DCGM_FI_PROF_*; NVML has no equivalent): % of the time, 0-100.
+    sm_active_pct: float | None = None  # cycles an SM had at least one warp assigned
+    sm_occupancy_pct: float | None = None  # resident warps / the SM's maximum
+    tensor_active_pct: float | None = None  # cycles the tensor (HMMA) pipe was active
+    dram_active_pct: float | None = None  # cycles the memory interface was busy
+    nvlink_tx_kib_s: float | None = None  # all links together, KiB/s (1024 bytes)
+    nvlink_rx_kib_s: float | None = None
 
 
 # nvmlClocksThrottleReason* bits (nvml.h). Power: SW power cap + HW power brake; thermal: SW
@@ -59,7 +69,7 @@ class GpuSource(Protocol):
 
     def gpus(self) -> list[GpuInfo]: ...
 
-    def read(self, index: int) -> Reading: ...
+    def read(self, index: int) -> Reading | None: ...  # None: nothing new to report
 
     def close(self) -> None: ...
 
@@ -149,6 +159,9 @@ class NvmlSource:
             get_limit = getattr(lib, "nvmlDeviceGetPowerManagementLimit", None)
             limit_mw = self._call(index, "power_limit", get_limit, handle)
             mem = self._call(index, "memory_info", lib.nvmlDeviceGetMemoryInfo, handle)
+            get_max = getattr(lib, "nvmlDeviceGetMaxClockInfo", None)
+            max_sm = self._call(index, "max_sm_clock", get_max, handle, self._sm_clock)
+            max_mem = self._call(index, "max_mem_clock", get_max, handle, self._mem_clock)
             gpus.append(
                 GpuInfo(
                     index=index,
@@ -156,6 +169,8 @@ class NvmlSource:
                     name=_text(name) if name is not None else "unknown",
                     power_limit_w=limit_mw / 1000.0 if limit_mw is not None else None,
                     memory_total_mib=int(mem.total // MIB) if mem is not None else None,
+                    max_sm_clock_mhz=float(max_sm) if max_sm is not None else None,
+                    max_mem_clock_mhz=float(max_mem) if max_mem is not None else None,
                 )
             )
         return gpus

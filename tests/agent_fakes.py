@@ -70,8 +70,10 @@ class FakeNvml:
         power_mw: int = 250_000,
         energy_step_mj: int = 1000,
         profile: dict[str, Any] | None = None,
+        uuids: list[str] | None = None,
     ) -> None:
         self.n = n
+        self.uuids = uuids  # per index; default: GPU-00000000-fake-0000-0000-<index>
         self.unsupported = unsupported or set()  # function names that raise NOT_SUPPORTED
         self.bytes_strings = bytes_strings
         self.init_error = init_error
@@ -114,6 +116,8 @@ class FakeNvml:
 
     def nvmlDeviceGetUUID(self, handle: int) -> str | bytes:
         self._hit("nvmlDeviceGetUUID")
+        if self.uuids is not None:
+            return self._str(self.uuids[handle])
         return self._str(f"GPU-00000000-fake-0000-0000-{handle:012d}")
 
     def nvmlDeviceGetName(self, handle: int) -> str | bytes:
@@ -151,6 +155,11 @@ class FakeNvml:
         self._hit("nvmlDeviceGetClockInfo")
         assert clock in (NVML_CLOCK_SM, NVML_CLOCK_MEM)
         return 1410 if clock == NVML_CLOCK_SM else self.profile["mem_clock"]
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: int, clock: int) -> int:
+        self._hit("nvmlDeviceGetMaxClockInfo")
+        assert clock in (NVML_CLOCK_SM, NVML_CLOCK_MEM)
+        return 1410 if clock == NVML_CLOCK_SM else 1215  # an A100-SXM4's maximums
 
     def nvmlDeviceGetPcieThroughput(self, handle: int, counter: int) -> int:
         self._hit("nvmlDeviceGetPcieThroughput")

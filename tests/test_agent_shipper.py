@@ -118,6 +118,8 @@ def test_inventory_is_registered_before_samples(spool, server):
                 "name": "Fake GPU",
                 "power_limit_w": 700.0,
                 "memory_total_mib": 81559,
+                "max_sm_clock_mhz": None,
+                "max_mem_clock_mhz": None,
             },
             {
                 "index": 1,
@@ -125,6 +127,8 @@ def test_inventory_is_registered_before_samples(spool, server):
                 "name": "Fake GPU",
                 "power_limit_w": 700.0,
                 "memory_total_mib": 81559,
+                "max_sm_clock_mhz": None,
+                "max_mem_clock_mhz": None,
             },
         ],
     }

@@ -133,7 +133,8 @@ def test_cli_without_driver_prints_one_line_and_exits_2(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert lines == [
         "greenops-agent: NVIDIA driver not found (NVML: Driver Not Loaded); "
-        "use --simulate N to run with simulated GPUs"
+        "use --simulate N to run with simulated GPUs, or a [[scrape]] kind = \"dcgm\" target "
+        "to read GPUs from dcgm-exporter"
     ]
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "spool.db").exists()

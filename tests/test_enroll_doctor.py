@@ -23,7 +23,9 @@ def test_gpu_check_lists_supported_and_missing_metrics():
     assert ("measures util_pct, mem_used_mib, power_w, temp_c, mem_util_pct, pcie_tx_kib_s, "
             "pcie_rx_kib_s, throttle_reasons, power_limit_w;") in gpu0.detail
     # nvmlDeviceGetClockInfo gives both clocks: both are missing.
-    assert "not available: energy_mj, mem_clock_mhz, sm_clock_mhz" in gpu0.detail
+    # FakeNvml has no NVLink (nvmlDeviceGetFieldValues), like a PCIe-only board.
+    assert ("not available: energy_mj, mem_clock_mhz, nvlink_rx_kib_s, nvlink_tx_kib_s, "
+            "sm_clock_mhz") in gpu0.detail
     assert "energy integrated from power (no counter)" in gpu0.detail
     assert lib.shut_down  # doctor leaves NVML as it found it
 

@@ -94,7 +94,7 @@ BAD_INPUTS = [
     ("ts ancient", _col("ts", 5, 1000.0), "samples.ts[5]", 422),
     ("bad method", _col("energy_method", 1, "guess"), "samples.energy_method[1]", 422),
     ("bad batch id", _set("batch_id", "not-a-uuid"), "batch_id", 422),
-    ("bad source", _set("source", "dcgm"), "source", 422),
+    ("bad source", _set("source", "prometheus"), "source", 422),
     ("samples not object", _set("samples", []), "samples", 422),
 ]
 

@@ -565,7 +565,7 @@ def register_inventory(host: Host, doc) -> list[Gpu]:
         for key in ("uuid", "name"):
             if not _text_ok(g.get(key, ""), 96):
                 raise invalid(f"gpus[{i}].{key}", "must be a string of at most 96 characters")
-        for key in ("power_limit_w", "memory_total_mib"):
+        for key in ("power_limit_w", "memory_total_mib", "max_sm_clock_mhz", "max_mem_clock_mhz"):
             v = g.get(key)
             if v is not None and (type(v) not in (int, float) or not 0 <= v < 1e7):
                 raise invalid(f"gpus[{i}].{key}", "must be a non-negative number or null")
@@ -581,7 +581,9 @@ def register_inventory(host: Host, doc) -> list[Gpu]:
                 host=host, index=g["index"],
                 defaults={"uuid": g.get("uuid", ""), "name": g.get("name", ""),
                           "power_limit_w": g.get("power_limit_w"),
-                          "memory_total_mib": g.get("memory_total_mib")},
+                          "memory_total_mib": g.get("memory_total_mib"),
+                          "max_sm_clock_mhz": g.get("max_sm_clock_mhz"),
+                          "max_mem_clock_mhz": g.get("max_mem_clock_mhz")},
             )
         Host.objects.filter(id=host.id).update(
             last_seen=timezone.now(),

@@ -78,6 +78,9 @@ class Gpu(models.Model):
     name = models.CharField(max_length=128, blank=True)
     power_limit_w = models.FloatField(null=True, blank=True)
     memory_total_mib = models.FloatField(null=True, blank=True)
+    # NVML's nvmlDeviceGetMaxClockInfo; null where the agent could not read it.
+    max_sm_clock_mhz = models.FloatField(null=True, blank=True)
+    max_mem_clock_mhz = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["host_id", "index"]
@@ -148,6 +151,13 @@ class GpuSample(models.Model):
     pcie_rx_kib_s = models.FloatField(null=True)
     throttle_reasons = models.BigIntegerField(null=True)  # nvmlClocksThrottleReason* bits
     power_limit_w = models.FloatField(null=True)  # enforced limit at the time of the sample
+    # DCGM profiling fields (dcgm-exporter), % of cycles; null = not reported.
+    sm_active_pct = models.FloatField(null=True)  # an SM had at least one warp
+    sm_occupancy_pct = models.FloatField(null=True)  # resident warps / maximum
+    tensor_active_pct = models.FloatField(null=True)  # tensor (HMMA) pipe busy
+    dram_active_pct = models.FloatField(null=True)  # memory interface busy
+    nvlink_tx_kib_s = models.FloatField(null=True)  # all links, KiB/s (DCGM or NVML)
+    nvlink_rx_kib_s = models.FloatField(null=True)
 
 
 class RollupFields(models.Model):
@@ -179,6 +189,23 @@ class RollupFields(models.Model):
     power_capped_samples = models.IntegerField(default=0)  # SW power cap or HW power brake
     thermal_samples = models.IntegerField(default=0)  # SW or HW thermal slowdown
     power_limit_min_w = models.FloatField(null=True)
+    # Profiling aggregates (DCGM): mean = sum / n; n = 0 means not reported.
+    sm_active_sum = models.FloatField(default=0)
+    sm_active_n = models.IntegerField(default=0)
+    sm_occupancy_sum = models.FloatField(default=0)
+    sm_occupancy_n = models.IntegerField(default=0)
+    tensor_active_sum = models.FloatField(default=0)
+    tensor_active_n = models.IntegerField(default=0)
+    dram_active_sum = models.FloatField(default=0)
+    dram_active_n = models.IntegerField(default=0)
+    nvlink_tx_sum_kib_s = models.FloatField(default=0)
+    nvlink_rx_sum_kib_s = models.FloatField(default=0)
+    nvlink_n = models.IntegerField(default=0)  # samples with both directions reported
+    # Clocks, to compare with the GPU's maximums (Gpu.max_*_clock_mhz).
+    sm_clock_sum_mhz = models.FloatField(default=0)
+    sm_clock_n = models.IntegerField(default=0)
+    mem_clock_sum_mhz = models.FloatField(default=0)
+    mem_clock_n = models.IntegerField(default=0)
 
     class Meta:
         abstract = True

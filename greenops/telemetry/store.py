@@ -40,12 +40,28 @@ SAMPLE_COLUMNS: list[tuple[str, str]] = [
     ("pcie_rx_kib_s", ">f8"),
     ("throttle_reasons", ">i8"),
     ("power_limit_w", ">f8"),
+    ("sm_active_pct", ">f8"),
+    ("sm_occupancy_pct", ">f8"),
+    ("tensor_active_pct", ">f8"),
+    ("dram_active_pct", ">f8"),
+    ("nvlink_tx_kib_s", ">f8"),
+    ("nvlink_rx_kib_s", ">f8"),
 ]
 # nvmlClocksThrottleReason* bits, as the agent defines them (collectors/sources.py).
 THROTTLE_POWER_MASK = 0x4 | 0x80
 THROTTLE_THERMAL_MASK = 0x20 | 0x40
 _ROLLUP_NEW_COLUMNS = ("mem_util_sum, mem_util_n, pcie_tx_sum_kib_s, pcie_rx_sum_kib_s, pcie_n, "
-                       "throttle_n, power_capped_samples, thermal_samples, power_limit_min_w")
+                       "throttle_n, power_capped_samples, thermal_samples, power_limit_min_w, "
+                       "sm_active_sum, sm_active_n, sm_occupancy_sum, sm_occupancy_n, "
+                       "tensor_active_sum, tensor_active_n, dram_active_sum, dram_active_n, "
+                       "nvlink_tx_sum_kib_s, nvlink_rx_sum_kib_s, nvlink_n, "
+                       "sm_clock_sum_mhz, sm_clock_n, mem_clock_sum_mhz, mem_clock_n")
+# Sum + count per bucket, merged by addition; a count of 0 is "not reported".
+_SUM_N = (("sm_active_sum", "sm_active_n"), ("sm_occupancy_sum", "sm_occupancy_n"),
+          ("tensor_active_sum", "tensor_active_n"), ("dram_active_sum", "dram_active_n"),
+          ("nvlink_tx_sum_kib_s", None), ("nvlink_rx_sum_kib_s", None), ("nvlink_n", None),
+          ("sm_clock_sum_mhz", "sm_clock_n"), ("mem_clock_sum_mhz", "mem_clock_n"))
+_ADDED = [c for pair in _SUM_N for c in pair if c]
 # The same aggregates in both dialects (SQLite has no FILTER on old versions: use sum(case)).
 _ROLLUP_NEW_SELECT = f"""coalesce(sum(mem_util_pct), 0), count(mem_util_pct),
         coalesce(sum(CASE WHEN pcie_rx_kib_s IS NOT NULL THEN pcie_tx_kib_s END), 0),
@@ -54,7 +70,16 @@ _ROLLUP_NEW_SELECT = f"""coalesce(sum(mem_util_pct), 0), count(mem_util_pct),
         count(throttle_reasons),
         coalesce(sum(CASE WHEN (throttle_reasons & {THROTTLE_POWER_MASK}) <> 0 THEN 1 END), 0),
         coalesce(sum(CASE WHEN (throttle_reasons & {THROTTLE_THERMAL_MASK}) <> 0 THEN 1 END), 0),
-        min(power_limit_w)"""
+        min(power_limit_w),
+        coalesce(sum(sm_active_pct), 0), count(sm_active_pct),
+        coalesce(sum(sm_occupancy_pct), 0), count(sm_occupancy_pct),
+        coalesce(sum(tensor_active_pct), 0), count(tensor_active_pct),
+        coalesce(sum(dram_active_pct), 0), count(dram_active_pct),
+        coalesce(sum(CASE WHEN nvlink_rx_kib_s IS NOT NULL THEN nvlink_tx_kib_s END), 0),
+        coalesce(sum(CASE WHEN nvlink_tx_kib_s IS NOT NULL THEN nvlink_rx_kib_s END), 0),
+        count(CASE WHEN nvlink_tx_kib_s IS NOT NULL AND nvlink_rx_kib_s IS NOT NULL THEN 1 END),
+        coalesce(sum(sm_clock_mhz), 0), count(sm_clock_mhz),
+        coalesce(sum(mem_clock_mhz), 0), count(mem_clock_mhz)"""
 COLUMN_LIST = ", ".join(name for name, _ in SAMPLE_COLUMNS)
 
 
@@ -150,7 +175,8 @@ _ROLLUP_INSERT = f"""
         throttle_n = r.throttle_n + excluded.throttle_n,
         power_capped_samples = r.power_capped_samples + excluded.power_capped_samples,
         thermal_samples = r.thermal_samples + excluded.thermal_samples,
-        power_limit_min_w = least(r.power_limit_min_w, excluded.power_limit_min_w)
+        power_limit_min_w = least(r.power_limit_min_w, excluded.power_limit_min_w),
+        {", ".join(f"{c} = r.{c} + excluded.{c}" for c in _ADDED)}
     RETURNING 1
 """
 
@@ -160,7 +186,9 @@ WITH ins AS (
     SELECT {COLUMN_LIST} FROM gpusample_stage
     ON CONFLICT DO NOTHING
     RETURNING gpu_id, ts, util_pct, power_w, mem_used_mib, temp_c, energy_j, simulated,
-        mem_util_pct, pcie_tx_kib_s, pcie_rx_kib_s, throttle_reasons, power_limit_w
+        mem_util_pct, pcie_tx_kib_s, pcie_rx_kib_s, throttle_reasons, power_limit_w,
+        sm_active_pct, sm_occupancy_pct, tensor_active_pct, dram_active_pct, nvlink_tx_kib_s,
+        nvlink_rx_kib_s, sm_clock_mhz, mem_clock_mhz
 ), m AS ({_ROLLUP_INSERT.format(table="telemetry_gpuminute", unit="minute")}
 ), h AS ({_ROLLUP_INSERT.format(table="telemetry_gpuhour", unit="hour")}
 ), d AS ({_ROLLUP_INSERT.format(table="telemetry_gpuday", unit="day")}
@@ -306,7 +334,8 @@ _SQLITE_ROLLUP = f"""
         pcie_rx_sum_kib_s = excluded.pcie_rx_sum_kib_s, pcie_n = excluded.pcie_n,
         throttle_n = excluded.throttle_n, power_capped_samples = excluded.power_capped_samples,
         thermal_samples = excluded.thermal_samples,
-        power_limit_min_w = excluded.power_limit_min_w
+        power_limit_min_w = excluded.power_limit_min_w,
+        {", ".join(f"{c} = excluded.{c}" for c in _ADDED)}
 """
 
 

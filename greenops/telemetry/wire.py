@@ -18,7 +18,7 @@ import orjson
 
 from greenops.errors import FieldError, invalid
 
-SOURCES = ("nvml", "simulated")
+SOURCES = ("nvml", "simulated", "dcgm")  # dcgm: read from dcgm-exporter (measured)
 # "counter_gap": a counter delta across an agent restart (collectors/energy.py, rule 5).
 ENERGY_METHODS = {None: 0, "counter": 1, "power": 2, "counter_gap": 3}
 
@@ -41,6 +41,13 @@ OPTIONAL_FLOAT_FIELDS: dict[str, tuple[float, float]] = {
     "pcie_tx_kib_s": (0.0, 1e9),  # KiB/s; PCIe 6.0 x16 is about 1.2e8 KiB/s
     "pcie_rx_kib_s": (0.0, 1e9),
     "power_limit_w": (0.0, 10_000.0),
+    # DCGM profiling fields (dcgm-exporter's DCGM_FI_PROF_*, ratios sent as %).
+    "sm_active_pct": (0.0, 100.0),
+    "sm_occupancy_pct": (0.0, 100.0),
+    "tensor_active_pct": (0.0, 100.0),
+    "dram_active_pct": (0.0, 100.0),
+    "nvlink_tx_kib_s": (0.0, 1e10),  # KiB/s, all links; NVLink 5 is about 1.8e9 KiB/s a GPU
+    "nvlink_rx_kib_s": (0.0, 1e10),
 }
 THROTTLE_FIELD = "throttle_reasons"  # nvmlClocksThrottleReason* bitmask, 0 <= value < 2**32
 OPTIONAL_COLUMNS = (*OPTIONAL_FLOAT_FIELDS, THROTTLE_FIELD)
