@@ -24,10 +24,11 @@ def profile_batch(util: float, mem_util: float | None, throttle: int | None,
                   n_min: int = N_MIN, *, gpus: int = N_GPUS, power: float | None = None,
                   limit: float = 300.0, mem_used: float | None = None,
                   pcie_rx: float | None = None, pcie_tx: float | None = None,
-                  start: float | None = None) -> dict:
+                  start: float | None = None, extra: dict | None = None) -> dict:
     """`gpus` GPUs, one sample a minute; make_batch's power is 200 + 10 g W, so a GPU's energy
     is (n_min - 1) intervals x 60 s x (200 + 10 g) W (the first sample has no interval).
-    `power` overrides the reported power only (the energy columns stay make_batch's)."""
+    `power` overrides the reported power only (the energy columns stay make_batch's);
+    `extra` adds columns at one value each (DCGM's profiling fields, as the agent joins them)."""
     start = (time.time() // 60) * 60 - n_min * 60 if start is None else start
     doc = make_batch(n_per_gpu=n_min, gpus=range(gpus), start=start, step=60.0)
     cols = doc["samples"]
@@ -42,6 +43,8 @@ def profile_batch(util: float, mem_util: float | None, throttle: int | None,
     if pcie_rx is not None:
         cols["pcie_rx_kib_s"] = [pcie_rx] * n
         cols["pcie_tx_kib_s"] = [pcie_tx or 0.0] * n
+    for name, value in (extra or {}).items():
+        cols[name] = [value] * n
     if throttle is not None:
         # Every other sample at the power cap (0x4 SwPowerCap), the rest idle-clocked (0x1).
         cols["throttle_reasons"] = [throttle if i % 2 == 0 else 0x1 for i in range(n)]

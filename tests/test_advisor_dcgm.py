@@ -1,0 +1,88 @@
+"""Diagnoses that rest on dcgm-exporter's profiling fields (issue 14), as the agent sends them
+joined to NVML's samples (wire v1 columns sm_active_pct, tensor_active_pct, dram_active_pct,
+nvlink_tx/rx_kib_s): memory-bandwidth-bound needs DRAM busy AND tensor pipes idle;
+communication-bound needs NVLink near its published rate while the SMs wait; a field the host
+did not report gives no diagnosis that depends on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from greenops.advisor import diagnose
+from tests.test_advisor import profile_batch, workload  # noqa: F401  (fixture)
+from tests.test_advisor_bottlenecks import serve  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.skipif(not diagnose.HAS_DCGM, reason="telemetry has no DCGM columns")
+
+
+def week():
+    return diagnose.window("week")
+
+
+@pytest.mark.django_db
+def test_dram_busy_and_tensor_idle_is_memory_bound_by_dcgm(workload):  # noqa: F811
+    wl, send = workload
+    # NVML's memory utilisation says 40 % (not bound by it); DCGM says DRAM 75 % active with
+    # the tensor pipes 10 % active: DCGM's finer figure decides, and the page says which.
+    send(profile_batch(util=90.0, mem_util=40.0, throttle=0x0, power=280.0,
+                       extra={"dram_active_pct": 75.0, "tensor_active_pct": 10.0,
+                              "sm_active_pct": 85.0}))
+    advice = diagnose.advise(wl, week())
+    p = advice.profile
+    assert (p.dram_active_pct, p.tensor_active_pct, p.dram_share) == (75.0, 10.0, 1.0)
+    d = next(d for d in advice.diagnoses if d.key == "memory_bound")
+    assert d.evidence[0] == ("DRAM interface active (DCGM DRAM_ACTIVE) 75.0 % of the time "
+                             "(at least 60 %)")
+    assert d.evidence[1] == "tensor pipes active 10.0 % (below 20 %)"
+    # Upper bound, as with NVML: 90 % -> 45 % busy on the line through (90 %, 280 of 300 W)
+    # and (100 %, 300 W): 0.93333 + 0.06667 x (0.45 - 0.9) / 0.1 = 0.63333 x 300 = 190 W.
+    assert d.effect.kwh_per_month == pytest.approx(598.56 * (190 / 280 - 1))
+
+
+@pytest.mark.django_db
+def test_dram_busy_with_tensor_pipes_busy_is_not_memory_bound(workload):  # noqa: F811
+    wl, send = workload
+    send(profile_batch(util=90.0, mem_util=85.0, throttle=0x0, power=280.0,
+                       extra={"dram_active_pct": 75.0, "tensor_active_pct": 45.0}))
+    advice = diagnose.advise(wl, week())
+    # NVML's 85 % would have called it; DCGM shows the tensor pipes working: not diagnosed.
+    assert "memory_bound" not in {d.key for d in advice.diagnoses}
+
+
+@pytest.mark.django_db
+def test_dram_without_tensor_activity_diagnoses_nothing(workload):  # noqa: F811
+    wl, send = workload
+    # DRAM reported but not the tensor pipes: the signature cannot be checked, so no
+    # memory-bound diagnosis (and no fall back to NVML's coarser figure behind DCGM's back).
+    send(profile_batch(util=90.0, mem_util=85.0, throttle=0x0, power=280.0,
+                       extra={"dram_active_pct": 75.0}))
+    advice = diagnose.advise(wl, week())
+    assert "memory_bound" not in {d.key for d in advice.diagnoses}
+
+
+@pytest.mark.django_db
+def test_nvlink_near_its_rate_while_sms_wait_is_communication_bound(serve):  # noqa: F811
+    wl, host, send = serve(instance_type="p5.48xlarge", gpu_name="NVIDIA H100 80GB HBM3")
+    # H100 SXM: NVLink 900 GB/s both ways = 450 GB/s = 439,453,125 KiB/s each way. Receiving
+    # 300 GB/s (292,968,750 KiB/s) = 66.7 % of it while DCGM's SM activity is 40 %.
+    send(profile_batch(util=85.0, mem_util=30.0, throttle=0x0, power=450.0, limit=700.0,
+                       extra={"nvlink_rx_kib_s": 300e9 / 1024, "nvlink_tx_kib_s": 250e9 / 1024,
+                              "sm_active_pct": 40.0, "tensor_active_pct": 30.0,
+                              "dram_active_pct": 30.0}))
+    advice = diagnose.advise(wl, week())
+    d = next(d for d in advice.diagnoses if d.key == "nvlink_bound")
+    assert d.evidence[0] == ("NVLink received (RX) 300.0 GB/s on average, 67 % of the NVIDIA "
+                             "H100 SXM's published 450 GB/s each way")
+    # NVML's 85 % utilisation would hide the wait; DCGM's SM activity shows it.
+    assert d.evidence[1].startswith("SM active (DCGM) 40.0 %")
+    # ceil(4 x 40 / 70) = 3 of 4 GPUs: a quarter of the month, as an upper bound.
+    assert d.effect.kwh_per_month == pytest.approx(-advice.monthly.kwh * 0.25)
+
+
+@pytest.mark.django_db
+def test_no_nvlink_figures_no_nvlink_diagnosis(serve):  # noqa: F811
+    wl, host, send = serve(instance_type="p5.48xlarge", gpu_name="NVIDIA H100 80GB HBM3")
+    send(profile_batch(util=30.0, mem_util=30.0, throttle=0x0, extra={"sm_active_pct": 20.0}))
+    advice = diagnose.advise(wl, week())
+    assert "nvlink_bound" not in {d.key for d in advice.diagnoses}
+    assert "NVLink: throughput reported by 0 % of samples" in advice.skipped
