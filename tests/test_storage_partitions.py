@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import uuid
 
 import pytest
 from django.db import connection
@@ -233,3 +234,20 @@ def test_a_bulk_load_of_history_gets_its_partitions_first():
         # Monday 26 April holds 1-2 May; Monday 3 May holds the 3rd.
         "telemetry_gpuminute": ["telemetry_gpuminute_p20270426", "telemetry_gpuminute_p20270503"],
     }
+
+
+def test_the_group_commit_path_stores_a_day_without_partition_once(host):
+    """The worker's path (several pending batches in one COPY and one INSERT ... ON CONFLICT)
+    into the default partition: a batch sent twice, and one overlapping it, count once."""
+    h, _ = host
+    d = day(timezone.now(), 12)
+    first = make_batch(n_per_gpu=5, start=(d + dt.timedelta(hours=6)).timestamp())
+    resent = {**first, "batch_id": "6f1d5c1e-0000-4000-8000-000000000001"}  # a new id, same data
+    for doc in (first, resent):
+        ingest.accept_batch(h, gz(doc), "gzip")
+    assert ingest.process_pending(first["batch_id"]) == 10
+    assert dict(IngestBatch.objects.values_list("id", "inserted")) == {
+        uuid.UUID(first["batch_id"]): 10,
+        uuid.UUID(resent["batch_id"]): 0}
+    assert where() == [("telemetry_gpusample_default", 10)]
+    assert day_rollups(h) == hand_days(d)

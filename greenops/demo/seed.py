@@ -28,7 +28,7 @@ from greenops.demo.story import (
 )
 from greenops.kpis import inference, rollup
 from greenops.teams.models import ApiToken, Membership, Role, Team
-from greenops.telemetry import store, wire
+from greenops.telemetry import partitions, store, wire
 from greenops.telemetry.ingest import known_gpus, register_inventory
 from greenops.telemetry.models import Gpu, GpuSample, Host
 from greenops.workloads import jobs
@@ -123,6 +123,10 @@ def _workloads(teams: dict[str, Team], hosts: dict[str, Host]) -> None:
 
 def _history(teams: dict[str, Team], hosts: dict[str, Host], start: float, now: float,
              idle_since: float) -> None:
+    # PostgreSQL: the history gets its day/week partitions first instead of filling the default
+    # partition until beat's next create_partitions (SQLite: nothing to do).
+    partitions.create_range(dt.datetime.fromtimestamp(start, dt.UTC),
+                            dt.datetime.fromtimestamp(now, dt.UTC))
     for spec in HOSTS:
         backfill(hosts[spec.name], StorySource(spec, time.time, idle_since), start, now - 60)
     serving = next(h for h in HOSTS if h.story == "serving")
