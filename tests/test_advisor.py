@@ -111,6 +111,10 @@ def test_memory_bound_and_power_capped_profile(workload):
     wl, send = workload
     # 280 W at 92 % busy under a 300 W limit; memory controller 85 % busy.
     send(profile_batch(util=92.0, mem_util=85.0, throttle=0x4, power=280.0))
+    # The A100's maximum SM clock as NVML's inventory reports it; make_batch runs at 1,410 MHz.
+    from greenops.telemetry.models import Gpu
+
+    Gpu.objects.filter(host__in=wl.hosts.all()).update(max_sm_clock_mhz=1980.0)
     advice = diagnose.advise(wl, week())
     keys = [d.key for d in advice.diagnoses]
     assert keys[:2] == ["memory_bound", "power_capped"]
@@ -126,6 +130,8 @@ def test_memory_bound_and_power_capped_profile(workload):
     # 60 of the 120 samples carry 0x4: 50 % power-capped, at the 300 W enforced limit.
     assert advice.profile.power_capped_share == 0.5
     assert "50 % of samples (enforced limit 300 W)" in capped.evidence[0]
+    # 1,410 / 1,980 MHz = 71 %: how far the cap holds the clocks down.
+    assert capped.evidence[1] == "SM clock 1410 MHz on average, 71 % of its 1980 MHz maximum"
     # Only one cap was measured: the published curve (-15 % energy at 60 % of the limit),
     # labelled so; 92 % busy is near full, so what the slower cap costs is unknown, not $0.
     assert capped.effect.basis == "published"
@@ -133,7 +139,7 @@ def test_memory_bound_and_power_capped_profile(workload):
     assert "arXiv 2205.09646" in capped.effect.method
     assert "about 180 W" in capped.levers[0]  # 60 % of the 300 W limit
     assert capped.effect.usd_per_month is None and "near full" in capped.effect.unknown
-    assert [s for s in advice.skipped if not s.startswith(("PCIe", "NVLink"))] == []
+    assert [s for s in advice.skipped if not s.startswith(("PCIe", "NVLink", "host"))] == []
 
 
 @pytest.mark.django_db
@@ -145,7 +151,10 @@ def test_unsupported_metrics_give_no_diagnosis_that_depends_on_them(workload):
     keys = {d.key for d in advice.diagnoses}
     assert not keys & {"memory_bound", "power_capped", "thermal", "pcie_bound", "nvlink_bound"}
     skipped = "; ".join(advice.skipped)
-    assert "memory-bandwidth: memory utilisation reported by 0 % of samples" in skipped
+    assert ("memory-bandwidth: memory utilisation reported by 0 % of samples, DCGM DRAM "
+            "activity by 0 %") in skipped
+    assert "host network/disk-bound: host network and disk throughput are not collected" \
+        in skipped
     assert "power/thermal throttling: throttle reasons reported by 0 % of samples" in skipped
     assert "PCIe: throughput reported by 0 % of samples" in skipped
     # An alternative GPU, if any, does not lean on the missing memory figure: it takes the less

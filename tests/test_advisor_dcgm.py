@@ -12,8 +12,6 @@ from greenops.advisor import diagnose
 from tests.test_advisor import profile_batch, workload  # noqa: F401  (fixture)
 from tests.test_advisor_bottlenecks import serve  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.skipif(not diagnose.HAS_DCGM, reason="telemetry has no DCGM columns")
-
 
 def week():
     return diagnose.window("week")

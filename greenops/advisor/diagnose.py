@@ -78,10 +78,6 @@ PUBLISHED_CAP_SOURCE = ("McDonald et al., Findings of NAACL 2022, arXiv 2205.096
 # up exactly ("hour" is the current clock hour, as on the KPI pages).
 RANGES = windows.ranges("hour", "day", "week", "month", "quarter")  # the home's choices
 
-# DCGM profiling aggregates (helper "dcgm", issue 14): read when the rollups carry them, so a
-# server whose telemetry app predates them gives no DCGM-based diagnosis rather than an error.
-_FIELDS = {f.name for f in GpuHour._meta.get_fields()}
-HAS_DCGM = {"dram_active_n", "tensor_active_n", "sm_active_n", "nvlink_n"} <= _FIELDS
 
 
 @dataclass(frozen=True)
@@ -116,6 +112,14 @@ class Profile:
     nvlink_tx_kib_s: float | None = None
     nvlink_rx_kib_s: float | None = None
     nvlink_share: float = 0.0
+    sm_clock_mhz: float | None = None  # mean over samples that reported it
+    max_sm_clock_mhz: float | None = None  # NVML's maximum, lowest over the GPUs
+
+    @property
+    def sm_clock_share(self) -> float | None:
+        if self.sm_clock_mhz is None or not self.max_sm_clock_mhz:
+            return None
+        return self.sm_clock_mhz / self.max_sm_clock_mhz
 
     @property
     def measured_s(self) -> float:
@@ -145,19 +149,20 @@ def profile(workload: Workload, window: windows.Window) -> Profile:
         mem_sum=Sum("mem_util_sum"), mem_n=Sum("mem_util_n"), tx=Sum("pcie_tx_sum_kib_s"),
         rx=Sum("pcie_rx_sum_kib_s"), pcie_n=Sum("pcie_n"), thr_n=Sum("throttle_n"),
         capped=Sum("power_capped_samples"), thermal=Sum("thermal_samples"),
-        limit=Min("power_limit_min_w"), mem_used=Max("mem_used_max_mib"))
-    if HAS_DCGM:
-        sums.update(
-            dram_sum=Sum("dram_active_sum"), dram_n=Sum("dram_active_n"),
-            tensor_sum=Sum("tensor_active_sum"), tensor_n=Sum("tensor_active_n"),
-            sm_sum=Sum("sm_active_sum"), sm_n=Sum("sm_active_n"),
-            nvl_tx=Sum("nvlink_tx_sum_kib_s"), nvl_rx=Sum("nvlink_rx_sum_kib_s"),
-            nvl_n=Sum("nvlink_n"))
+        limit=Min("power_limit_min_w"), mem_used=Max("mem_used_max_mib"),
+        # DCGM profiling (dcgm-exporter); n = 0 where the host runs none.
+        dram_sum=Sum("dram_active_sum"), dram_n=Sum("dram_active_n"),
+        tensor_sum=Sum("tensor_active_sum"), tensor_n=Sum("tensor_active_n"),
+        sm_sum=Sum("sm_active_sum"), sm_n=Sum("sm_active_n"),
+        nvl_tx=Sum("nvlink_tx_sum_kib_s"), nvl_rx=Sum("nvlink_rx_sum_kib_s"),
+        nvl_n=Sum("nvlink_n"), clock_sum=Sum("sm_clock_sum_mhz"), clock_n=Sum("sm_clock_n"))
     a = rows.aggregate(**sums)
     minutes = GpuMinute.objects.filter(gpu_id__in=gpu_ids, bucket__gte=window.start,
                                        bucket__lt=window.end).aggregate(
         n=Count("bucket", filter=Q(samples__gt=0)))["n"]
-    names = [n for n in Gpu.objects.filter(id__in=gpu_ids).values_list("name", flat=True) if n]
+    gpu_rows = list(Gpu.objects.filter(id__in=gpu_ids).values_list("name", "max_sm_clock_mhz"))
+    names = [n for n, _ in gpu_rows if n]
+    max_clocks = [c for _, c in gpu_rows if c]
     samples = a["samples"] or 0
     thr_n = a["thr_n"] or 0
     return Profile(
@@ -171,15 +176,17 @@ def profile(workload: Workload, window: windows.Window) -> Profile:
         throttle_share=_share(thr_n, samples), power_limit_w=a["limit"],
         mem_used_max_mib=a["mem_used"],
         gpu_name=max(set(names), key=lambda n: (names.count(n), n)) if names else "",
-        dram_active_pct=_mean(a.get("dram_sum"), a.get("dram_n")),
-        dram_share=_share(a.get("dram_n"), samples),
-        tensor_active_pct=_mean(a.get("tensor_sum"), a.get("tensor_n")),
-        tensor_share=_share(a.get("tensor_n"), samples),
-        sm_active_pct=_mean(a.get("sm_sum"), a.get("sm_n")),
-        sm_active_share=_share(a.get("sm_n"), samples),
-        nvlink_tx_kib_s=_mean(a.get("nvl_tx"), a.get("nvl_n")),
-        nvlink_rx_kib_s=_mean(a.get("nvl_rx"), a.get("nvl_n")),
-        nvlink_share=_share(a.get("nvl_n"), samples))
+        dram_active_pct=_mean(a["dram_sum"], a["dram_n"]),
+        dram_share=_share(a["dram_n"], samples),
+        tensor_active_pct=_mean(a["tensor_sum"], a["tensor_n"]),
+        tensor_share=_share(a["tensor_n"], samples),
+        sm_active_pct=_mean(a["sm_sum"], a["sm_n"]),
+        sm_active_share=_share(a["sm_n"], samples),
+        nvlink_tx_kib_s=_mean(a["nvl_tx"], a["nvl_n"]),
+        nvlink_rx_kib_s=_mean(a["nvl_rx"], a["nvl_n"]),
+        nvlink_share=_share(a["nvl_n"], samples),
+        sm_clock_mhz=_mean(a["clock_sum"], a["clock_n"]),
+        max_sm_clock_mhz=min(max_clocks) if max_clocks else None)
 
 
 @dataclass(frozen=True)
@@ -588,13 +595,16 @@ def _throttled(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None,
                t: Tradeoff | None, conf: tuple[str, str]) -> list[Diagnosis]:
     out = []
     limit = f" (enforced limit {p.power_limit_w:.0f} W)" if p.power_limit_w else ""
+    clock = [] if p.sm_clock_share is None else [
+        f"SM clock {p.sm_clock_mhz:.0f} MHz on average, {p.sm_clock_share * 100:.0f} % of its "
+        f"{p.max_sm_clock_mhz:.0f} MHz maximum"]
     capped = p.power_capped_share is not None and p.power_capped_share >= POWER_CAPPED_SHARE
     if capped and t is None:
         effect, target = _published_cap_effect(p, m, own_limit(p, spec))
         out.append(Diagnosis(
             "power_capped", "Power-capped", [
                 f"clocks held back by the power cap in {p.power_capped_share * 100:.0f} % of "
-                f"samples{limit}"],
+                f"samples{limit}", *clock],
             [f"try a lower cap (about {target}): on a GPU that already meets its cap, the "
              "last watts buy the least speed", "a higher cap buys speed with energy"],
             effect, *_estimate_confidence(conf, "a published curve from other GPUs and "
@@ -622,7 +632,7 @@ def _throttled(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None,
     if p.thermal_share is not None and p.thermal_share >= THERMAL_SHARE:
         out.append(Diagnosis(
             "thermal", "Thermally throttled", [
-                f"thermal slowdown in {p.thermal_share * 100:.0f} % of samples"],
+                f"thermal slowdown in {p.thermal_share * 100:.0f} % of samples", *clock],
             ["check cooling and airflow; hot GPUs run slower for the same energy"],
             Effect(unknown="the speed lost to heat is not measured separately: NVML reports "
                            "that the clocks were slowed, not by how much"), *conf))
@@ -893,15 +903,12 @@ def advise(workload: Workload, window: windows.Window) -> Advice:
             advice.diagnoses.append(found)
     else:
         advice.skipped.append(f"memory-bandwidth: memory utilisation reported by "
-                              f"{p.mem_util_share * 100:.0f} % of samples"
-                              + ("" if not HAS_DCGM else
-                                 f", DCGM DRAM activity by {p.dram_share * 100:.0f} %"))
+                              f"{p.mem_util_share * 100:.0f} % of samples, DCGM DRAM "
+                              f"activity by {p.dram_share * 100:.0f} %")
     for link in ("pcie", "nvlink"):
         label = LINKS[link][0]
         reported = _link_traffic(p, link)[2]
-        if link == "nvlink" and not HAS_DCGM:
-            advice.skipped.append("NVLink: not collected by this server")
-        elif reported < MIN_METRIC_SHARE:
+        if reported < MIN_METRIC_SHARE:
             advice.skipped.append(f"{label}: throughput reported by {reported * 100:.0f} % of "
                                   "samples")
         elif spec is None or spec.link_kib_s_each_way(link) is None:
@@ -910,6 +917,9 @@ def advise(workload: Workload, window: windows.Window) -> Advice:
             found = _link_bound(p, m, spec, link, conf)
             if found:
                 advice.diagnoses.append(found)
+    # Host network and disk throughput are not collected yet: no rule may lean on them.
+    advice.skipped.append("host network/disk-bound: host network and disk throughput are not "
+                          "collected")
     tradeoff = cap_tradeoff(workload, window) or pair_tradeoff(workload, window)
     if p.throttle_share >= MIN_METRIC_SHARE or tradeoff is not None:
         advice.diagnoses.extend(_throttled(
