@@ -3,8 +3,8 @@
 ``FakeNvml`` is passed to ``NvmlSource(lib=...)`` in-process. This module also works as an
 ``--nvml-lib tests.agent_fakes`` for a real agent subprocess: its module-level names are those
 of a ``FakeNvml`` configured from environment variables (AGENT_FAKES_GPUS,
-AGENT_FAKES_ENERGY_STEP_MJ, AGENT_FAKES_INIT_ERROR), so no ``sys.modules`` patching is needed
-anywhere.
+AGENT_FAKES_ENERGY_STEP_MJ, AGENT_FAKES_INIT_ERROR, AGENT_FAKES_ENERGY_W, AGENT_FAKES_READ_LOG),
+so no ``sys.modules`` patching is needed anywhere.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import http.server
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -71,9 +72,18 @@ class FakeNvml:
         energy_step_mj: int = 1000,
         profile: dict[str, Any] | None = None,
         uuids: list[str] | None = None,
+        energy_w: float | None = None,
+        read_log: str | None = None,
     ) -> None:
         self.n = n
         self.uuids = uuids  # per index; default: GPU-00000000-fake-0000-0000-<index>
+        # A counter that follows the wall clock at a constant power: the same counter for every
+        # process on the host, as NVML's is, so it runs on across an agent restart.
+        self.energy_w = energy_w
+        # One line ("<gpu index>") per energy reading, appended as it is made: the truth of how
+        # many samples the agent took, for a process that is then killed (fault tests).
+        self._read_log = os.open(read_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND) \
+            if read_log else None
         self.unsupported = unsupported or set()  # function names that raise NOT_SUPPORTED
         self.bytes_strings = bytes_strings
         self.init_error = init_error
@@ -143,6 +153,10 @@ class FakeNvml:
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
         self._hit("nvmlDeviceGetTotalEnergyConsumption")
+        if self._read_log is not None:
+            os.write(self._read_log, b"%d\n" % handle)
+        if self.energy_w is not None:
+            return int(time.time() * self.energy_w * 1000) + self.energy_mj[handle]
         self.energy_mj[handle] += self.energy_step_mj
         return self.energy_mj[handle]
 
@@ -183,10 +197,13 @@ def __getattr__(name: str) -> Any:
     if name.startswith("nvml"):
         if _module_fake is None:
             init_error = os.environ.get("AGENT_FAKES_INIT_ERROR")
+            energy_w = os.environ.get("AGENT_FAKES_ENERGY_W")
             _module_fake = FakeNvml(
                 n=int(os.environ.get("AGENT_FAKES_GPUS", "2")),
                 energy_step_mj=int(os.environ.get("AGENT_FAKES_ENERGY_STEP_MJ", "1000")),
                 init_error=int(init_error) if init_error else None,
+                energy_w=float(energy_w) if energy_w else None,
+                read_log=os.environ.get("AGENT_FAKES_READ_LOG") or None,
             )
         return getattr(_module_fake, name)
     raise AttributeError(name)
