@@ -235,7 +235,8 @@ class Stack:
         (for every pending batch, not only those older than a minute) to the real worker."""
         from celery import Celery
 
-        app = Celery(broker=self.redis.url)
+        # Not the current app: shared tasks of later tests in this process must not find it.
+        app = Celery(broker=self.redis.url, set_as_current=False)
         try:
             app.send_task("greenops.telemetry.tasks.process_pending_batches",
                           kwargs={"older_than_s": 0}, queue="ingest")
