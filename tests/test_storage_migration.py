@@ -23,14 +23,15 @@ from tests.test_embedded_default import embedded_env
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def partition_migration() -> tuple[str, str]:
-    """(this migration, the telemetry migration it follows), whatever their numbers are."""
+def partition_migration() -> tuple[str, str, str]:
+    """(this migration, the telemetry migration it follows, the latest telemetry migration),
+    whatever their numbers are."""
     loader = MigrationLoader(None, ignore_no_migrations=True)
     name = next(n for app, n in loader.disk_migrations
                 if app == "telemetry" and n.endswith("_partitions"))
     prev = next(d for app, d in loader.disk_migrations["telemetry", name].dependencies
                 if app == "telemetry")
-    return name, prev
+    return name, prev, loader.graph.leaf_nodes("telemetry")[0][1]
 
 
 def fill_sql(table: str, key: str, step: str, cur) -> str:
@@ -67,7 +68,7 @@ def test_the_migration_keeps_every_row_of_a_filled_database():
     admin_url = base.rsplit("/", 1)[0] + "/postgres"
     scratch = f"greenops_migcheck_{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "DATABASE_URL": base.rsplit("/", 1)[0] + "/" + scratch}
-    name, prev = partition_migration()
+    name, prev, latest = partition_migration()
 
     def migrate(target: str) -> float:
         t0 = time.monotonic()
@@ -107,6 +108,19 @@ def test_the_migration_keeps_every_row_of_a_filled_database():
             # ISO weeks: Monday 28 September (3-4 Oct) and Monday 5 October (5-7 Oct).
             assert cur.fetchall() == [("telemetry_gpuminute_p20260928", 8 * (14 + 24) * 12),
                                       ("telemetry_gpuminute_p20261005", 8 * (48 + 10) * 12)]
+
+        # Later migrations add columns to the partitioned tables: the partitions get them too.
+        migrate(latest)
+        with psycopg.connect(env["DATABASE_URL"]) as db, db.cursor() as cur:
+            for table in tables:
+                cur.execute(f"SELECT count(*) FROM {table}")
+                assert cur.fetchone()[0] == before[table][0]
+                cur.execute("SELECT c.relname, count(a.attnum) FROM pg_class c JOIN pg_attribute a "
+                            "ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+                            "WHERE c.relname LIKE %s AND c.relkind IN ('r', 'p') GROUP BY 1",
+                            [table + "%"])
+                widths = dict(cur.fetchall())
+                assert len(set(widths.values())) == 1 and len(widths) > 3, widths
 
         migrate(prev)  # and back: one plain table with the same rows
         with psycopg.connect(env["DATABASE_URL"]) as db, db.cursor() as cur:
