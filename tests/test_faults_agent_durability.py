@@ -247,3 +247,20 @@ def test_the_server_stores_a_gap_interval_as_such(host, post_batch):
                      key=lambda m: m or 0)
     assert methods == [None, EnergyMethod.COUNTER_GAP]
     assert sum(GpuMinute.objects.filter(gpu__host=h).values_list("energy_j", flat=True)) == 7500.0
+
+
+def test_systemd_gives_the_agent_time_to_flush_before_it_kills_it():
+    """systemd SIGKILLs a service still running TimeoutStopSec after SIGTERM. The agent needs
+    --flush-timeout (5 s by default) plus its shipper's 0.5 s join to send what it spooled; the
+    served unit and the README's copy must say the same, and leave that time."""
+    import re
+    from pathlib import Path
+
+    from collectors.config import AgentConfig
+    from greenops.telemetry.agent_dist import systemd_unit
+
+    readme = (Path(__file__).resolve().parent.parent / "collectors" / "README.md").read_text()
+    served = re.findall(r"^TimeoutStopSec=(\d+)", systemd_unit(), re.M)
+    documented = re.findall(r"^TimeoutStopSec=(\d+)", readme, re.M)
+    assert served == documented == ["15"]
+    assert int(served[0]) > AgentConfig.flush_timeout + 0.5
