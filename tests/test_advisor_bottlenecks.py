@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from greenops import windows
-from greenops.advisor import diagnose, gpus, variants
+from greenops.advisor import alternatives, diagnose, gpus, measure, powercap, variants
 from greenops.kpis.models import KpiRollup, Period
 from greenops.telemetry.models import Gpu
 from greenops.workloads.models import Workload
@@ -120,7 +120,7 @@ def test_alternative_must_hold_the_measured_memory(team, serve):
                        limit=350.0, mem_used=21_000.0, n_min=60))
     advice = diagnose.advise(wl, week())
     assert "smaller_gpu" not in {d.key for d in advice.diagnoses}
-    found, _, why = diagnose.alternatives(advice.profile, advice.monthly, advice.spec, [host])
+    found, _, why = alternatives.alternatives(advice.profile, advice.monthly, advice.spec, [host])
     assert why == "" and found
     assert not {"NVIDIA L4", "NVIDIA T4"} & {a.spec.model for a in found}
 
@@ -184,7 +184,7 @@ def test_power_cap_tradeoff_measured_from_two_limits(team, serve):
     # Measured: the published curve is not used.
     assert "power_cap_tradeoff" in keys and "power_capped" not in keys
     d = next(d for d in advice.diagnoses if d.key == "power_cap_tradeoff")
-    t = diagnose.cap_tradeoff(wl, week())
+    t = powercap.cap_tradeoff(wl, week())
     # 300 W: 14,420,000 J / 40,000 = 360.5 J; 250 W: 10,820,000 J / 36,000 = 300.556 J.
     assert (t.high.limit_w, t.low.limit_w) == (300.0, 250.0)
     assert t.high.energy_per_inference_j == pytest.approx(360.5)
@@ -217,7 +217,7 @@ def test_power_cap_tradeoff_from_a_marked_variant_pair(team, serve):
         "a_end": (t0 + dt.timedelta(hours=4)).isoformat(), "b": "chat",
         "b_start": (t0 + dt.timedelta(hours=4)).isoformat(),
         "b_end": (t0 + dt.timedelta(hours=8)).isoformat()})
-    t = diagnose.pair_tradeoff(wl, week())
+    t = powercap.pair_tradeoff(wl, week())
     assert t.source == f"variant pair '{pair.label}'"
     assert (t.low.limit_w, t.high.limit_w) == (250.0, 300.0)
     assert t.low.energy_per_inference_j == pytest.approx(10.82e6 / 36_000)
@@ -230,22 +230,22 @@ def test_power_cap_tradeoff_from_a_marked_variant_pair(team, serve):
 
 
 def test_power_line_through_the_measurement():
-    p = diagnose.Profile(window=week(), gpus=1, samples=60, measured_minutes=60,
+    p = measure.Profile(window=week(), gpus=1, samples=60, measured_minutes=60,
                          simulated_samples=0, util_pct=20.0, power_w=100.0, mem_util_pct=None,
                          mem_util_share=0.0, pcie_tx_kib_s=None, pcie_rx_kib_s=None,
                          pcie_share=0.0, power_capped_share=None, thermal_share=None,
                          throttle_share=0.0, power_limit_w=None)
     # (20 %, 100 of 400 W = 0.25) to (100 %, 1): at 60 %, 0.25 + 0.75 x 0.4 / 0.8 = 0.625.
-    assert diagnose.power_at(p, 400.0, 60.0, 400.0) == pytest.approx(250.0)
+    assert measure.power_at(p, 400.0, 60.0, 400.0) == pytest.approx(250.0)
     # On a 72 W GPU the same shares scale to its limit: 0.625 x 72 = 45 W.
-    assert diagnose.power_at(p, 72.0, 60.0, 400.0) == pytest.approx(45.0)
+    assert measure.power_at(p, 72.0, 60.0, 400.0) == pytest.approx(45.0)
     # 92 % busy at 215 of 300 W would put 0 W at 18.7 % busy: the line through the origin,
     # 215 x 46 / 92 = 107.5 W at half the load.
     from dataclasses import replace
 
     q = replace(p, util_pct=92.0, power_w=215.0)
-    assert diagnose.power_at(q, 300.0, 46.0, 300.0) == pytest.approx(107.5)
-    assert diagnose.power_at(replace(p, power_w=None), 400.0, 60.0, 400.0) is None
+    assert measure.power_at(q, 300.0, 46.0, 300.0) == pytest.approx(107.5)
+    assert measure.power_at(replace(p, power_w=None), 400.0, 60.0, 400.0) is None
 
 
 @pytest.mark.django_db
