@@ -183,7 +183,8 @@ def _published_cap_effect(p: Profile, m: Monthly, limit: float | None) -> tuple[
                 f"({PUBLISHED_CAP_SOURCE}), applied to the measured month. Cost: "
                 "hourly-billed GPUs cost the same per hour at any cap; on-premises "
                 "electricity falls with the energy. Measure it: run a period at the cap "
-                "and mark the two periods as variants."))
+                "and mark the two periods as variants (a measured trade-off needs at least "
+                f"{MIN_CAP_HOURS} hours that counted inferences under each of two limits)."))
     return effect, target
 
 
