@@ -6,6 +6,10 @@ Cost of a set of GPUs over [start, end) (`cost_of`), per host and hour:
     its enrollment to its removal) whether it ran or not;
   - each billed hour costs the host's price in force in that hour x the part of the hour inside
     the window x the set's share of the host (its GPUs there / all the host's GPUs);
+  - "in force" twice over: the host's terms (purchase option, offer, commitment term, on-prem
+    hardware and $/kWh: costs.models.HostTermsPeriod) of that moment, an hour in which they
+    changed split at the change, and the catalog price of that offer at the hour's start
+    (costs.models.PricePeriod) -- so an edit or a refresh never reprices a past month;
   - on premises add electricity: the set's IT energy (GPU + CPU/RAM share) x the host's PUE
     from the carbon app's site factors x $/kWh.
 The KPI rollups, training jobs, the Costs page, alerts and reports all call `cost_of`, so the
@@ -27,7 +31,7 @@ from greenops import windows
 from greenops.carbon.accounting import FactorsFor, cached_site_factors
 from greenops.costs import overrides
 from greenops.costs.catalog import HourlyPrice, PriceProblem, catalog_price, host_price
-from greenops.costs.models import Price, PricePeriod
+from greenops.costs.models import HostTermsPeriod, Price, PricePeriod, terms_at
 from greenops.energy import ItEnergy, hour_aligned, it_energy, overlap
 from greenops.teams.models import Team
 from greenops.telemetry.models import GpuHour, GpuMinute, Host, PurchaseOption
@@ -41,25 +45,64 @@ HOUR = dt.timedelta(hours=1)
 PriceFor = Callable[[Host, dt.datetime], HourlyPrice | PriceProblem | None]
 
 
-def cached_prices(now: dt.datetime | None = None) -> PriceFor:
-    """Catalog prices of the hour: each host's offer looked up once, then the price in force
-    in the asked hour from the offer's recorded periods (a refresh never reprices the past)."""
-    current: dict[int, HourlyPrice | PriceProblem] = {}
-    periods: dict[int, list[PricePeriod]] = {}
-    team_rows: dict[int, list[overrides.PriceOverride]] = {}
+class Prices:
+    """The `PriceFor` of every page (see cached_prices): per host and hour, the catalog price
+    (or on-premises cost) under the host's terms in force then (HostTermsPeriod), then the
+    team's overrides in force then. Each host's terms, offer and periods are read once."""
 
-    def lookup(host: Host, hour: dt.datetime) -> HourlyPrice | PriceProblem:
-        if host.id not in current:
-            found = current[host.id] = catalog_price(host, now)
-            periods[host.id] = price_periods(found.price) if isinstance(found, HourlyPrice) \
+    def __init__(self, now: dt.datetime | None = None) -> None:
+        self.now = now
+        self._terms: dict[int, list[HostTermsPeriod]] = {}
+        # (host id, terms period id) -> (host as of those terms, catalog answer, price periods)
+        self._found: dict[tuple[int, int | None], tuple[Host, HourlyPrice | PriceProblem,
+                                                        list[PricePeriod]]] = {}
+        self._team_rows: dict[int, list[overrides.PriceOverride]] = {}
+
+    def terms(self, host: Host) -> list[HostTermsPeriod]:
+        if host.id not in self._terms:
+            self._terms[host.id] = HostTermsPeriod.ensure(host)
+        return self._terms[host.id]
+
+    def _of(self, host: Host, at: dt.datetime
+            ) -> tuple[Host, HourlyPrice | PriceProblem, list[PricePeriod]]:
+        period = terms_at(self.terms(host), at)
+        key = (host.id, period.id)
+        if key not in self._found:
+            as_of, config = period.terms.host_and_config(host)
+            found = catalog_price(as_of, self.now, config)
+            offer = price_periods(found.price) if isinstance(found, HourlyPrice) \
                 and found.price is not None else []
-        if host.team_id not in team_rows:
-            team_rows[host.team_id] = overrides.team_overrides(host.team_id)
-        # The team's own prices in force in that hour (greenops.costs.overrides) come last.
-        return overrides.apply(host, hour, in_force(current[host.id], periods[host.id], hour),
-                               team_rows[host.team_id])
+            self._found[key] = (as_of, found, offer)
+        return self._found[key]
 
-    return lookup
+    def host_at(self, host: Host, at: dt.datetime) -> Host:
+        """The host as its terms were at `at` (purchase option, offer)."""
+        return self._of(host, at)[0]
+
+    def committed(self, host: Host, at: dt.datetime) -> bool:
+        return is_committed(self.host_at(host, at))
+
+    def changes(self, host: Host, lo: dt.datetime, hi: dt.datetime) -> list[dt.datetime]:
+        """The instants in (lo, hi) at which the host's terms changed."""
+        return [p.valid_from for p in self.terms(host) if lo < p.valid_from < hi]
+
+    def __call__(self, host: Host, hour: dt.datetime, at: dt.datetime | None = None
+                 ) -> HourlyPrice | PriceProblem:
+        """The price of `hour` under the terms in force at `at` (default: the hour's start);
+        catalog periods and team overrides are those in force at the hour's start."""
+        as_of, found, offer = self._of(host, at or hour)
+        if host.team_id not in self._team_rows:
+            self._team_rows[host.team_id] = overrides.team_overrides(host.team_id)
+        # The team's own prices in force in that hour (greenops.costs.overrides) come last.
+        return overrides.apply(as_of, hour, in_force(found, offer, hour),
+                               self._team_rows[host.team_id])
+
+
+def cached_prices(now: dt.datetime | None = None) -> Prices:
+    """Prices of the hour: each host's terms and offer looked up once, then the price in force
+    in the asked hour from the offer's recorded periods, under the host's terms in force then
+    (a refresh or an edit of the host never reprices the past)."""
+    return Prices(now)
 
 
 def price_periods(price: Price) -> list[PricePeriod]:
@@ -153,6 +196,18 @@ class Cost:
     hosts: dict[int, HostLine] = field(default_factory=dict)
 
 
+def _parts(price: PriceFor, host: Host, lo: dt.datetime, hi: dt.datetime
+           ) -> list[tuple[dt.datetime, dt.datetime]]:
+    """[lo, hi) cut at each change of the host's terms inside it."""
+    cuts = price.changes(host, lo, hi) if isinstance(price, Prices) else []
+    edges = [lo, *sorted(cuts), hi]
+    return list(zip(edges, edges[1:], strict=False))
+
+
+def _committed(price: PriceFor, host: Host, at: dt.datetime) -> bool:
+    return price.committed(host, at) if isinstance(price, Prices) else is_committed(host)
+
+
 def _label(price: HourlyPrice) -> str:
     return f"{price.source} (stale)" if price.stale else price.source
 
@@ -180,26 +235,33 @@ def cost_of(energy: ItEnergy, price: PriceFor | None = None,
         line = HostLine(host, energy.share(host_id))
         out.hosts[host_id] = line
         host_ran = ran.get(host_id, set())
-        billed = existing_hours(host, start, end) | host_ran if is_committed(host) \
-            else host_ran
+        owned = existing_hours(host, start, end)
         line.running_hours = sum(overlap(b, start, end) for b in host_ran)
-        for bucket in sorted(billed | set(energy_hours[host_id])):
-            found = price(host, bucket)
-            if not isinstance(found, HourlyPrice):
-                line.problem = line.problem or _problem(found, host)
-                continue
-            line.price = found
-            sources.append(_label(found))
-            if bucket in billed:
-                part = overlap(bucket, start, end)
-                line.billed_hours += part
-                line.hardware_usd += part * found.usd_per_hour * line.share
-            if found.electricity_usd_per_kwh is not None:
-                hour = energy.hours.get((host_id, bucket))
-                if hour is not None and hour.it_energy_j:
+        for bucket in sorted(owned | host_ran | set(energy_hours[host_id])):
+            hour = energy.hours.get((host_id, bucket))
+            energy_j = hour.it_energy_j if hour is not None else 0.0
+            lo, hi = max(bucket, start), min(bucket + HOUR, end)
+            # An hour in which the host's terms changed is split at the change: each part
+            # is billed and priced under the terms in force in it.
+            for a, b in _parts(price, host, lo, hi):
+                billed = bucket in host_ran or (bucket in owned and _committed(price, host, a))
+                if not billed and not energy_j:
+                    continue
+                found = price(host, bucket, a) if isinstance(price, Prices) \
+                    else price(host, bucket)
+                if not isinstance(found, HourlyPrice):
+                    line.problem = line.problem or _problem(found, host)
+                    continue
+                line.price = found
+                sources.append(_label(found))
+                if billed:
+                    part = (b - a) / HOUR
+                    line.billed_hours += part
+                    line.hardware_usd += part * found.usd_per_hour * line.share
+                if found.electricity_usd_per_kwh is not None and energy_j:
                     pue = factors(host, bucket).pue
-                    line.electricity_usd += (hour.it_energy_j / J_PER_KWH * pue
-                                             * found.electricity_usd_per_kwh)
+                    line.electricity_usd += (energy_j * ((b - a) / (hi - lo)) / J_PER_KWH
+                                             * pue * found.electricity_usd_per_kwh)
         if line.problem is not None:
             out.problems.append(line.problem.message)
     if out.problems:
@@ -323,9 +385,25 @@ def host_costs(hosts: list[Host], usage: dict[int, GpuUsage], start: dt.datetime
         gpus_used = by_host.get(host.id, [])
         hc.idle_gpu_hours = sum(g.idle_hours() for g in gpus_used)
         if hc.usd_per_gpu_hour is not None and problem is None:
-            hc.idle_cost_usd = hc.idle_gpu_hours * hc.usd_per_gpu_hour
+            hc.idle_cost_usd = idle_cost(host, gpus_used, price)
         out.append(hc)
     return out
+
+
+def idle_cost(host: Host, gpus_used: list[GpuUsage], price: PriceFor) -> float | None:
+    """Idle GPU-hours of each hour x the host's per-GPU price in force in that hour (a past
+    month's idle cost keeps its own prices, like its cost); None if an hour has no price."""
+    gpu_count = len(host.gpus.all())
+    total = 0.0
+    for usage in gpus_used:
+        for bucket, (_, idle) in usage.minutes.items():
+            if not idle:
+                continue
+            found = price(host, bucket)
+            if not isinstance(found, HourlyPrice) or not gpu_count:
+                return None
+            total += idle / 60 * found.usd_per_hour / gpu_count
+    return total
 
 
 @dataclass

@@ -149,9 +149,17 @@ def host_price(host: Host, now: dt.datetime | None = None) -> HourlyPrice | Pric
     return overrides.apply(host, now, catalog_price(host, now))
 
 
-def catalog_price(host: Host, now: dt.datetime | None = None) -> HourlyPrice | PriceProblem:
-    """The catalog's (or the host's own cost settings') hourly price, before team overrides."""
-    config = HostCostConfig.objects.filter(host=host).first()
+_STORED = object()
+
+
+def catalog_price(host: Host, now: dt.datetime | None = None,
+                  config: HostCostConfig | None | object = _STORED
+                  ) -> HourlyPrice | PriceProblem:
+    """The catalog's (or the host's own cost settings') hourly price, before team overrides.
+    `config`: the cost settings to use (greenops.costs.accounting passes those in force in
+    the hour it prices); by default the host's stored ones."""
+    if config is _STORED:
+        config = HostCostConfig.objects.filter(host=host).first()
     if host.purchase_option == PurchaseOption.ON_PREM or host.provider == "on_prem":
         per_hour = config.hardware_usd_per_hour() if config else None
         if per_hour is None:
