@@ -98,7 +98,9 @@ def test_idle_gpu_minutes_give_idle_cost_and_stop_idle(team):
     # hourly averages (5.0 %, not < 5 %) nothing was idle: $0 idle and no advice.
     host, _ = make_host(team)
     enrolled(host, END - dt.timedelta(days=90))
-    set_price("p4d.24xlarge", "us-east-1", "on_demand", "32.7726")
+    # In force for all 50 hours (from the snapshot's 2026-11-09 on): each hour's idle minutes
+    # are costed at the price of that hour, like its cost.
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "32.7726", as_of=END - dt.timedelta(days=7))
     for g in host.gpus.all():
         add_bursty_hours(g, 50)
     [row] = team_costs(collect(team, 7, NOW))["hosts"]

@@ -325,3 +325,59 @@ def test_the_migration_seeds_every_host_with_its_terms_since_ever(od_host, on_pr
     assert p.electricity_usd_per_kwh == Decimal("0.1") and p.source == "invoice"
     # Seeded rows are what a first use would have recorded: no change is seen.
     assert HostTermsPeriod.record(on_prem) is False
+
+
+def test_idle_cost_keeps_the_price_of_its_hour(od_host):
+    # GPU 1 idle (0 %) through 2 hours of Oct 10 (120 idle minutes) while GPU 0 ran: 2 idle
+    # GPU-hours x $30 / 2 GPUs = $30. After the switch the per-GPU rate is $18 / 2 = $9, but
+    # October's idle cost stays $30 (it was 2 x $9 = $18 before this change).
+    from greenops.telemetry.models import GpuMinute
+
+    gpu1 = od_host.gpus.get(index=1)
+    GpuMinute.objects.bulk_create([
+        GpuMinute(gpu=gpu1, bucket=OCT_RUN + dt.timedelta(minutes=m), samples=1, util_sum=0.0,
+                  util_n=1, energy_j=60 * 50.0) for m in range(120)])
+    before = team_costs(collect(od_host.team, 30, SWITCH))
+    assert before["idle_cost_usd"] == pytest.approx(30.0)
+    switch_to_reserved(od_host)
+    after = team_costs(collect(od_host.team, 30, SWITCH))
+    assert after["idle_cost_usd"] == pytest.approx(30.0)
+    assert after["hosts"][0]["idle_gpu_hours"] == pytest.approx(2.0)
+
+
+def test_methodology_page_states_the_terms_rule(client, users):
+    client.force_login(users["member"])
+    html = client.get("/methodology/").content.decode()
+    part = html[html.index('id="history"'):html.index('id="recommendations"')]
+    assert "Every host's cost terms keep their validity periods" in part
+    assert "keeps its closed months at on-demand" in part
+    assert "split at the change" in part
+    assert "manage.py restate_terms" in part
+
+
+def test_a_host_location_edit_changes_carbon_from_then_on(team, settings):
+    # No site: the grid intensity comes from the host's own country. 1 kWh in the hour before
+    # the edit (Germany) and 1 kWh in the hour after (France), PUE 1.2 (GREENOPS_DEFAULT_PUE):
+    # each hour's carbon = 1 kWh x 1.2 x that country's intensity (codecarbon's figures).
+    from greenops.carbon import intensity
+    from greenops.carbon.accounting import carbon_of
+    from greenops.energy import it_energy
+
+    settings.GREENOPS_DEFAULT_PUE = 1.2
+    host, _ = make_host(team, gpus=1)
+    host.country, host.region, host.provider = "DEU", "", ""
+    host.save()
+    h0 = OCT_RUN
+    ran(host, h0, 2, kwh=1.0)
+    gpus = list(host.gpus.select_related("host"))
+    deu = intensity.resolve(country="DEU").g_per_kwh
+    fra = intensity.resolve(country="FRA").g_per_kwh
+    assert deu != fra
+    assert carbon_of(it_energy(gpus, h0, h0 + HOUR)).co2e_g == pytest.approx(1.2 * deu)
+    with at(h0 + HOUR):
+        host.country = "FRA"
+        host.save()
+    gpus = list(host.gpus.select_related("host"))
+    assert carbon_of(it_energy(gpus, h0, h0 + HOUR)).co2e_g == pytest.approx(1.2 * deu)
+    assert carbon_of(it_energy(gpus, h0 + HOUR, h0 + 2 * HOUR)).co2e_g == pytest.approx(
+        1.2 * fra)

@@ -224,6 +224,8 @@ class FactorsPeriod(models.Model):
 def _hosts_of(instance) -> list[Host]:
     if isinstance(instance, HostSite):
         return [instance.host]
+    if isinstance(instance, Host):
+        return [instance]
     if instance.pk is None:
         return []
     return list(Host.objects.filter(carbon_site__site_id=instance.pk))
@@ -241,6 +243,18 @@ def _after_site_change(sender, instance, raw=False, **kwargs) -> None:
             record_factors(host)
 
 
+def _after_host_change(sender, instance: Host, raw: bool = False, created: bool = False,
+                       update_fields=None, **kwargs) -> None:
+    """A host's own location (provider, region, country) chooses its grid intensity when its
+    site names none: an edit of it starts new factors from now, like a site edit."""
+    if created or (update_fields is not None
+                   and not set(update_fields) & {"provider", "region", "country"}):
+        return
+    _after_site_change(sender, instance, raw=raw)
+
+
+models.signals.post_save.connect(_after_host_change, sender=Host,
+                                 dispatch_uid="carbon.factors_after.Host")
 for _model in (Site, HostSite):
     models.signals.post_save.connect(_after_site_change, sender=_model,
                                      dispatch_uid=f"carbon.factors_after.{_model.__name__}")
