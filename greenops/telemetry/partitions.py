@@ -254,9 +254,12 @@ def _attach(spec: Spec, start: dt.datetime, cursor) -> int:
     rows the default partition holds for that period; returns the rows moved."""
     name, end = spec.name(start), spec.next(start)
     cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-    # Parent first, as inserts take them: ATTACH needs only SHARE UPDATE EXCLUSIVE on the
-    # parent, so ingest into the other partitions goes on; rows routed to the default wait.
-    cursor.execute(f"LOCK TABLE {_q(spec.table)} IN SHARE UPDATE EXCLUSIVE MODE")
+    # Parent first, as inserts take them. ATTACH itself needs only SHARE UPDATE EXCLUSIVE on
+    # the parent, but an INSERT that already routed a row of this period to the default
+    # partition would then fail on the default's new constraint once we commit (found by
+    # tests/test_storage_concurrency.py). SHARE ROW EXCLUSIVE lets in-flight inserts finish and
+    # holds new ones for the few milliseconds this takes; readers are not blocked.
+    cursor.execute(f"LOCK TABLE {_q(spec.table)} IN SHARE ROW EXCLUSIVE MODE")
     cursor.execute(f"LOCK TABLE {_q(spec.default)} IN ACCESS EXCLUSIVE MODE")
     cursor.execute(f"CREATE TABLE {_q(name)} (LIKE {_q(spec.table)} INCLUDING DEFAULTS)")
     cols = ", ".join(_q(c) for c in _columns(spec.table, cursor))
