@@ -4,18 +4,30 @@ collectors/host_energy.py and collectors/scrape.py."""
 
 from __future__ import annotations
 
+import functools
 import logging
+from typing import Any
 
 from collectors.agent import Channel
 from collectors.config import AgentConfig
+from collectors.host_activity import HostActivityChannel, gpu_processes
 from collectors.host_energy import CodecarbonSource, HostEnergyChannel, codecarbon_installed
 from collectors.scrape import ScrapeChannel
 
 log = logging.getLogger(__name__)
 
 
-def build_channels(config: AgentConfig, simulated: bool = False) -> list[Channel]:
+def build_channels(config: AgentConfig, simulated: bool = False,
+                   source: Any = None) -> list[Channel]:
     channels: list[Channel] = []
+    if config.host_samples == "on" and not simulated:
+        # Real host counters beside simulated GPUs would make a demo half real.
+        procs = None
+        if source is not None:
+            indexes = [g.index for g in source.gpus()]
+            procs = functools.partial(gpu_processes, source, indexes)
+        channels.append(HostActivityChannel(interval_s=config.host_sample_interval,
+                                            processes=procs))
     if config.host_energy == "codecarbon":
         if simulated:
             # Real CPU/RAM figures beside simulated GPUs would make a demo half real.

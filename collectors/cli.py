@@ -234,7 +234,7 @@ def run(config: object, source: GpuSource | None = None) -> int:
         interval_s=config.scrape_interval if source.kind == "dcgm" else config.interval,
         batch_seconds=config.batch_seconds,
         flush_timeout_s=config.flush_timeout,
-        channels=build_channels(config, simulated=bool(config.simulate)),
+        channels=build_channels(config, simulated=bool(config.simulate), source=source),
     )
 
     def on_signal(signum: int, frame: object) -> None:

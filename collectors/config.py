@@ -56,6 +56,8 @@ class AgentConfig:
     nvml_lib: str | None = None  # dotted module to use instead of pynvml (tests, benchmarks)
     host_energy: str = "codecarbon"  # CPU/RAM energy: "codecarbon" (if installed) or "off"
     host_energy_interval: float = 15.0  # seconds between CPU/RAM readings
+    host_samples: str = "on"  # host CPU/network/disk and GPU processes: "on" or "off"
+    host_sample_interval: float = 15.0  # seconds between host activity readings
     scrape_interval: float = 15.0  # seconds between scrapes of the inference servers
     scrape: tuple = ()  # [[scrape]] tables of the TOML file: collectors.scrape.Target
 
@@ -148,8 +150,12 @@ def load_config(
         raise ConfigError("interval and batch_seconds must be positive")
     if config.host_energy not in ("codecarbon", "off"):
         raise ConfigError("host_energy must be \"codecarbon\" or \"off\"")
-    if config.host_energy_interval <= 0 or config.scrape_interval <= 0:
-        raise ConfigError("host_energy_interval and scrape_interval must be positive")
+    if config.host_samples not in ("on", "off"):
+        raise ConfigError("host_samples must be \"on\" or \"off\"")
+    if (config.host_energy_interval <= 0 or config.scrape_interval <= 0
+            or config.host_sample_interval <= 0):
+        raise ConfigError("host_energy_interval, host_sample_interval and scrape_interval "
+                          "must be positive")
     if config.simulate is not None and config.simulate < 1:
         raise ConfigError("simulate must be at least 1 GPU")
     return config

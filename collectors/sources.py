@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -58,6 +59,10 @@ class Reading(NamedTuple):
     nvlink_rx_kib_s: float | None = None
 
 
+ALL_LINKS = 0xFFFFFFFF  # an NVLink field's scopeId for the sum over every link (nvml.h)
+# nvmlFieldValue_t.valueType -> the member of its value union that holds the number.
+_VALUE_ATTR = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}
+
 # nvmlClocksThrottleReason* bits (nvml.h). Power: SW power cap + HW power brake; thermal: SW
 # and HW thermal slowdown. The server reads these bits the same way (telemetry/store.py).
 THROTTLE_POWER_MASK = 0x4 | 0x80
@@ -106,8 +111,10 @@ class NvmlSource:
 
     kind = "nvml"
 
-    def __init__(self, lib: ModuleType | Any | None = None) -> None:
+    def __init__(self, lib: ModuleType | Any | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._lib = lib if lib is not None else load_nvml_lib()
+        self._clock = clock  # the time between NVLink counter reads
         self._nvml_error: type[BaseException] = getattr(self._lib, "NVMLError", Exception)
         self._not_supported = {
             getattr(self._lib, "NVML_ERROR_NOT_SUPPORTED", _NVML_ERROR_NOT_SUPPORTED),
@@ -135,6 +142,15 @@ class NvmlSource:
         self._throttle_fn = getattr(self._lib, "nvmlDeviceGetCurrentClocksThrottleReasons",
                                     None) or getattr(
             self._lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        # NVLink data throughput (nvml.h): cumulative KiB counters; scopeId UINT_MAX asks for
+        # the sum over all links. Older pynvml takes bare field ids only (a TypeError here).
+        self._get_fields = getattr(self._lib, "nvmlDeviceGetFieldValues", None)
+        self._nvlink_ids = [
+            (getattr(self._lib, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 138), ALL_LINKS),
+            (getattr(self._lib, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 139), ALL_LINKS),
+        ]
+        self._nvlink_prev: dict[int, tuple[float, int, int]] = {}  # index -> (mono, tx, rx)
+        self._get_procs = getattr(self._lib, "nvmlDeviceGetComputeRunningProcesses", None)
         # Per GPU, the metrics NVML said are unsupported: never asked again, because a
         # failing NVML call can cost milliseconds and the answer will not change.
         self._unsupported: dict[int, set[str]] = {}
@@ -232,6 +248,7 @@ class NvmlSource:
         throttle = call(index, "throttle_reasons", self._throttle_fn, handle)
         limit_mw = call(index, "power_limit_w",
                         getattr(lib, "nvmlDeviceGetEnforcedPowerLimit", None), handle)
+        nvlink_tx, nvlink_rx = self._nvlink(index, handle)
         return Reading(
             float(util.gpu) if util is not None else None,
             mem.used / MIB if mem is not None else None,
@@ -246,7 +263,63 @@ class NvmlSource:
             float(rx) if rx is not None else None,
             int(throttle) if throttle is not None else None,
             limit_mw / 1000.0 if limit_mw is not None else None,
+            nvlink_tx_kib_s=nvlink_tx,
+            nvlink_rx_kib_s=nvlink_rx,
         )
+
+    def _nvlink(self, index: int, handle: Any) -> tuple[float | None, float | None]:
+        """NVLink TX/RX in KiB/s since this GPU's previous read: the counters' increase over
+        the monotonic time between reads. None on the first read, after a counter went down
+        (a reset), and for a GPU without NVLink (remembered, like any unsupported metric)."""
+        unsupported = self._unsupported.get(index)
+        if unsupported is None or "nvlink" in unsupported:
+            return None, None
+        if self._get_fields is None:
+            unsupported.add("nvlink")
+            return None, None
+        try:
+            values = self._get_fields(handle, self._nvlink_ids)
+        except TypeError:  # a pynvml that cannot pass a scopeId
+            unsupported.add("nvlink")
+            log.info("GPU %d: this pynvml cannot ask NVLink throughput per scope; not "
+                     "asking again", index)
+            return None, None
+        except self._nvml_error as exc:
+            if getattr(exc, "value", None) in self._not_supported:
+                unsupported.add("nvlink")
+            return None, None
+        mono = self._clock()
+        counters = []
+        for v in values:
+            ret = getattr(v, "nvmlReturn", 0)
+            if ret in self._not_supported:
+                unsupported.add("nvlink")  # no NVLink on this board (a PCIe card)
+                log.info("GPU %d: NVLink throughput not supported; not asking again", index)
+                return None, None
+            if ret != 0:
+                return None, None  # transient: ask again next tick
+            counters.append(int(getattr(v.value, _VALUE_ATTR.get(v.valueType, "ullVal"))))
+        tx, rx = counters
+        prev = self._nvlink_prev.get(index)
+        self._nvlink_prev[index] = (mono, tx, rx)
+        if prev is None or mono <= prev[0] or tx < prev[1] or rx < prev[2]:
+            return None, None
+        dt = mono - prev[0]
+        return (tx - prev[1]) / dt, (rx - prev[2]) / dt
+
+    def processes(self, index: int) -> list[tuple[int, float | None]] | None:
+        """The compute processes on a GPU: (pid, used GPU memory in MiB or None where the
+        driver does not say, e.g. under MIG or without permission). None: not known."""
+        procs = self._call(index, "processes", self._get_procs, self._handles[index])
+        if procs is None:
+            return None
+        out = []
+        for p in procs:
+            used = getattr(p, "usedGpuMemory", None)
+            # pynvml gives None for NVML_VALUE_NOT_AVAILABLE; older builds the raw sentinel.
+            ok = isinstance(used, int) and 0 <= used < (1 << 63) - 1
+            out.append((int(p.pid), used / MIB if ok else None))
+        return out
 
     def close(self) -> None:
         if self._closed:

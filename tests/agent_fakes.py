@@ -74,7 +74,14 @@ class FakeNvml:
         uuids: list[str] | None = None,
         energy_w: float | None = None,
         read_log: str | None = None,
+        nvlink_kib_per_read: tuple[int, int] | None = None,
+        processes: dict[int, list[tuple[int, int | None]]] | None = None,
     ) -> None:
+        # NVLink: None is a board without it (the fields answer NOT_SUPPORTED, as on a PCIe
+        # card); else each read adds (tx, rx) KiB to the cumulative counters.
+        self.nvlink_kib_per_read = nvlink_kib_per_read
+        self.nvlink_kib = [[0, 0] for _ in range(n)]
+        self.processes = processes or {}  # index -> [(pid, usedGpuMemory bytes or None)]
         self.n = n
         self.uuids = uuids  # per index; default: GPU-00000000-fake-0000-0000-<index>
         # A counter that follows the wall clock at a constant power: the same counter for every
@@ -169,6 +176,27 @@ class FakeNvml:
         self._hit("nvmlDeviceGetClockInfo")
         assert clock in (NVML_CLOCK_SM, NVML_CLOCK_MEM)
         return 1410 if clock == NVML_CLOCK_SM else self.profile["mem_clock"]
+
+    def nvmlDeviceGetFieldValues(self, handle: int, field_ids: list) -> list:
+        """Like pynvml's: (fieldId, scopeId) pairs in, one nvmlFieldValue_t-like object each."""
+        self._hit("nvmlDeviceGetFieldValues")
+        out = []
+        for field_id, scope in field_ids:
+            assert field_id in (138, 139) and scope == 0xFFFFFFFF  # DATA_TX/RX, all links
+            if self.nvlink_kib_per_read is None:
+                out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=NVML_ERROR_NOT_SUPPORTED,
+                                           valueType=3, value=SimpleNamespace(ullVal=0)))
+                continue
+            d = field_id - 138
+            self.nvlink_kib[handle][d] += self.nvlink_kib_per_read[d]
+            out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=NVML_SUCCESS, valueType=3,
+                                       value=SimpleNamespace(ullVal=self.nvlink_kib[handle][d])))
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list:
+        self._hit("nvmlDeviceGetComputeRunningProcesses")
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used)
+                for pid, used in self.processes.get(handle, [])]
 
     def nvmlDeviceGetMaxClockInfo(self, handle: int, clock: int) -> int:
         self._hit("nvmlDeviceGetMaxClockInfo")

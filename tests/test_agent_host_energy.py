@@ -165,10 +165,10 @@ def test_without_codecarbon_the_agent_runs_as_before(monkeypatch, caplog):
 
     monkeypatch.setattr(channels, "codecarbon_installed", lambda: False)
     with caplog.at_level(logging.INFO):
-        built = channels.build_channels(AgentConfig())
+        built = channels.build_channels(AgentConfig(host_samples="off"))
     assert built == []
     assert caplog.text.count("CPU/RAM energy is off") == 1
-    assert channels.build_channels(AgentConfig(host_energy="off")) == []
+    assert channels.build_channels(AgentConfig(host_energy="off", host_samples="off")) == []
 
 
 def test_agent_spools_samples_and_host_energy_to_their_endpoints(tmp_path):

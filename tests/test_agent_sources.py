@@ -39,7 +39,8 @@ def test_readings_are_converted_to_wire_units():
 
 
 def test_unsupported_metric_is_none_and_not_asked_again():
-    fake = FakeNvml(n=2, unsupported={"nvmlDeviceGetTotalEnergyConsumption"})
+    fake = FakeNvml(n=2, unsupported={"nvmlDeviceGetTotalEnergyConsumption"},
+                    nvlink_kib_per_read=(0, 0))  # an NVLink board: only energy is missing
     src = NvmlSource(fake)
     for _ in range(5):
         r = src.read(0)
@@ -61,7 +62,7 @@ def test_transient_error_is_none_but_retried():
                 raise NVMLError(NVML_ERROR_GPU_IS_LOST)
             return 100_000
 
-    src = NvmlSource(Flaky(n=1))
+    src = NvmlSource(Flaky(n=1, nvlink_kib_per_read=(0, 0)))
     assert src.read(0).power_w is None
     assert src.read(0).power_w == 100.0
     assert src.unsupported(0) == frozenset()

@@ -15,7 +15,7 @@ from greenops import windows
 from greenops.api.body import json_body
 from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
-from greenops.telemetry import ingest
+from greenops.telemetry import host_samples, ingest
 from greenops.telemetry.host_auth import host_token, host_token_for_samples
 from greenops.telemetry.queries import RANGES, team_usage
 
@@ -168,7 +168,8 @@ GPU_SCHEMA = {
     "properties": {"index": {"type": "integer", "minimum": 0, "maximum": 1023},
                    "uuid": {"type": "string", "maxLength": 96},
                    "name": {"type": "string", "maxLength": 96},
-                   "power_limit_w": _LIMIT, "memory_total_mib": _LIMIT},
+                   "power_limit_w": _LIMIT, "memory_total_mib": _LIMIT,
+                   "max_sm_clock_mhz": _LIMIT, "max_mem_clock_mhz": _LIMIT},
 }
 INVENTORY_SCHEMA = {
     "type": "object",
@@ -224,6 +225,41 @@ def post_inventory(request: HttpRequest):
     doc = json_body(request, small=True)
     gpus = ingest.register_inventory(host, doc)
     return Status(200, {"host": host.name, "gpus": gpus})
+
+
+class HostSamplesOut(Schema):
+    batch_id: str
+    status: str
+    samples: int
+    inserted: int
+
+
+_RATE = {"type": "array", "items": {"type": ["number", "null"], "minimum": 0}}
+
+
+@api.post(
+    "/host-samples",
+    response={200: HostSamplesOut, 400: ErrorOut, 401: ErrorOut, 413: ErrorOut, 415: ErrorOut,
+              422: ErrorOut},
+    summary="Send host CPU, network and disk activity and the GPUs' processes (host token)",
+    auth=host_token,
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {
+            "type": "object", "required": ["batch_id", "samples"],
+            "properties": {
+                "batch_id": {"type": "string", "format": "uuid"},
+                "agent_version": {"type": "string", "maxLength": 32},
+                "samples": {"type": "object", "description": "Columnar: one array per field",
+                            "required": list(host_samples.COLUMNS), "properties": {
+                                "ts": {"type": "array", "items": {"type": "number"}},
+                                "interval_s": {"type": "array", "items": {"type": "number"}},
+                                **{k: _RATE for k in host_samples.FLOAT_FIELDS}}},
+                "processes": {"type": "object", "description": "who holds each GPU: "
+                              "{ts, gpus: [{gpu_index, pid, name, used_memory_mib, namespace, "
+                              "pod, container}]}"}}}}}}},
+)
+def post_host_samples(request: HttpRequest):
+    return Status(200, host_samples.accept(request.auth, json_body(request)))
 
 
 class TeamOut(Schema):

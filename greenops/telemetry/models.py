@@ -240,6 +240,66 @@ def delete_measurements(hosts: models.QuerySet) -> int:
     return deleted
 
 
+# --- Host activity (issue 14): what the host around the GPUs is doing ------------------------
+
+
+class HostSample(models.Model):
+    """One reading of the host's CPU, network and disk over ``interval_s`` seconds ending at
+    ``ts`` (collectors/host_activity.py). Null = not readable on that host, never 0."""
+
+    pk = models.CompositePrimaryKey("host_id", "ts")
+    host = models.ForeignKey(Host, models.CASCADE, related_name="+")
+    ts = models.DateTimeField()
+    interval_s = models.FloatField()
+    cpu_util_pct = models.FloatField(null=True)  # % of all CPUs busy
+    net_rx_bytes_s = models.FloatField(null=True)  # physical interfaces, summed
+    net_tx_bytes_s = models.FloatField(null=True)
+    disk_read_bytes_s = models.FloatField(null=True)  # whole physical disks, summed
+    disk_write_bytes_s = models.FloatField(null=True)
+
+
+class HostHour(models.Model):
+    """A host's hour of activity. Time-weighted: each figure keeps the seconds it was measured
+    over, so mean = sum / seconds (a rate divides by the time actually measured), and hours
+    merge exactly. ``*_s`` = 0 means not reported."""
+
+    pk = models.CompositePrimaryKey("host_id", "bucket")
+    host = models.ForeignKey(Host, models.CASCADE, related_name="+")
+    bucket = models.DateTimeField()
+    samples = models.IntegerField(default=0)
+    cpu_s = models.FloatField(default=0)  # seconds with a CPU figure
+    cpu_busy_s = models.FloatField(default=0)  # sum of util/100 x interval: mean = busy / cpu_s
+    cpu_util_max = models.FloatField(null=True)
+    net_s = models.FloatField(default=0)  # seconds with both network directions
+    net_rx_bytes = models.FloatField(default=0)
+    net_tx_bytes = models.FloatField(default=0)
+    net_rx_max_bytes_s = models.FloatField(null=True)
+    net_tx_max_bytes_s = models.FloatField(null=True)
+    disk_s = models.FloatField(default=0)  # seconds with both disk directions
+    disk_read_bytes = models.FloatField(default=0)
+    disk_write_bytes = models.FloatField(default=0)
+    disk_read_max_bytes_s = models.FloatField(null=True)
+    disk_write_max_bytes_s = models.FloatField(null=True)
+
+
+class GpuProcess(models.Model):
+    """Who held a GPU at the host's latest process snapshot: an NVML compute process (pid,
+    name, GPU memory) or a Kubernetes pod from dcgm-exporter. Replaced at each snapshot."""
+
+    host = models.ForeignKey(Host, models.CASCADE, related_name="gpu_processes")
+    gpu = models.ForeignKey(Gpu, models.CASCADE, related_name="processes")
+    seen_at = models.DateTimeField()
+    pid = models.IntegerField(null=True)
+    name = models.CharField(max_length=128, blank=True)
+    used_memory_mib = models.FloatField(null=True)  # null: the driver did not say
+    namespace = models.CharField(max_length=253, blank=True)
+    pod = models.CharField(max_length=253, blank=True)
+    container = models.CharField(max_length=253, blank=True)
+
+    class Meta:
+        ordering = ["gpu_id", "pid", "pod"]
+
+
 # --- Enrollment and host lifecycle (issue 4) ----------------------------------------------
 
 ENROLL_TOKEN_PREFIX = "gen_"
