@@ -262,6 +262,7 @@ class FakeServer:
     inventory_status: int = 200
     requests: list[Received] = field(default_factory=list)
     accepted: list[dict] = field(default_factory=list)  # batch documents answered 202 queued
+    host_samples: list[dict] = field(default_factory=list)  # POST /api/v1/host-samples docs
     duplicates: int = 0
 
     def __post_init__(self) -> None:
@@ -312,6 +313,11 @@ class FakeServer:
             self.requests.append(Received(path, headers, raw, doc))
             if path == "/api/v1/inventory":
                 return self.inventory_status, {}, {"status": "registered"}
+            if path == "/api/v1/host-samples":  # host activity: not GPU samples
+                self.host_samples.append(doc)
+                n = len(doc["samples"]["ts"])
+                return 200, {}, {"batch_id": doc["batch_id"], "status": "stored", "samples": n,
+                                 "inserted": n}
             if self.script:
                 return self.script.pop(0)
             batch_id = doc["batch_id"]
