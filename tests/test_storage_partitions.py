@@ -251,3 +251,13 @@ def test_the_group_commit_path_stores_a_day_without_partition_once(host):
         uuid.UUID(resent["batch_id"]): 0}
     assert where() == [("telemetry_gpusample_default", 10)]
     assert day_rollups(h) == hand_days(d)
+
+
+def test_a_raw_retention_shorter_than_the_intake_age_is_warned(settings):
+    from django.core.checks import run_checks
+
+    settings.RETAIN_RAW_SAMPLES_DAYS, settings.INGEST_MAX_AGE_S = 35, 30 * 86400
+    assert not [w for w in run_checks() if w.id == "greenops.W101"]
+    settings.RETAIN_RAW_SAMPLES_DAYS = 7
+    (warning,) = [w for w in run_checks() if w.id == "greenops.W101"]
+    assert warning.msg == "GREENOPS_RETAIN_RAW_DAYS=7 is shorter than INGEST_MAX_AGE_S (30 days)"

@@ -428,10 +428,11 @@ def _drop_partitions(spec: Spec, expired_before: dt.datetime, pending) -> dict:
         try:
             with transaction.atomic(), connection.cursor() as c:
                 c.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+                # DROP first: it takes the parent's ACCESS EXCLUSIVE lock before anything else.
+                c.execute(f"DROP TABLE {_q(name)}")
                 # Rows of the period that arrived in the default partition before the mark (it is
                 # small; this is not a DELETE over the big table).
                 c.execute(f"DELETE FROM {_q(spec.default)} WHERE {spec.column} < %s", [hi])
-                c.execute(f"DROP TABLE {_q(name)}")
         except Exception as exc:  # most likely the lock: the next run drops it
             log.warning("retention: could not drop %s yet", name, exc_info=True)
             return {"dropped": dropped, "refused": f"{name}: {exc}"}
@@ -457,3 +458,19 @@ def _delete_by_age(spec: Spec, cutoff: dt.datetime, pending) -> dict:
         deleted, _ = model.objects.filter(**{f"{field}__lt": cutoff}).delete()
     log.info("retention: deleted %d rows of %s before %s", deleted, spec.table, cutoff)
     return {"dropped": [f"{deleted} rows before {cutoff.isoformat()}"], "refused": ""}
+
+
+def check_settings(app_configs=None, **kwargs) -> list:
+    """System check: raw samples kept for less time than the API accepts them means late
+    samples (an agent replaying its spool) between the two ages are refused on arrival."""
+    from django.core.checks import Warning
+
+    days = settings.RETAIN_RAW_SAMPLES_DAYS
+    if days > 0 and days * 86400 < settings.INGEST_MAX_AGE_S:
+        return [Warning(
+            f"GREENOPS_RETAIN_RAW_DAYS={days} is shorter than INGEST_MAX_AGE_S "
+            f"({settings.INGEST_MAX_AGE_S / 86400:g} days)",
+            hint="samples older than the dropped days are accepted by the API but not stored; "
+                 "raise GREENOPS_RETAIN_RAW_DAYS or lower INGEST_MAX_AGE_S",
+            id="greenops.W101")]
+    return []
