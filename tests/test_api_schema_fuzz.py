@@ -88,6 +88,28 @@ def test_a_nul_in_an_inference_workload_slug_is_a_422_not_a_500(client, team):
     assert _error(r)["field"] == "windows[0].workload"
 
 
+def test_codecarbon_api_refuses_nul_and_stores_far_offsets_in_utc(client, team):
+    """Found by the codecarbon schemathesis run below: both reached PostgreSQL and were 500s."""
+    token = ApiToken.issue(team, "cc")[1]
+    r = client.post("/api/codecarbon/experiments", orjson.dumps({"name": "a\u0000b"}),
+                    content_type="application/json", HTTP_X_API_TOKEN=token)
+    assert r.status_code == 422, r.content
+    assert _error(r)["field"] == "name"
+    # -20:24 is a valid offset for Python, not for PostgreSQL (+-15:59): 11:49:43-20:24 is
+    # 08:13:43 UTC the next day.
+    r = client.post("/api/codecarbon/runs", orjson.dumps(
+        {"timestamp": "2026-09-02T11:49:43-20:24",
+         "experiment_id": "5b4f0a4e-8f9c-4d8e-9a57-0c7f3c1d2e11"}),
+        content_type="application/json", HTTP_X_API_TOKEN=token)
+    assert r.status_code == 201, r.content
+    assert r.json()["timestamp"].startswith("2026-09-03T08:13:43")
+    r = client.post("/api/codecarbon/runs", orjson.dumps(
+        {"timestamp": "0001-01-01T00:00:00+01:00",
+         "experiment_id": "5b4f0a4e-8f9c-4d8e-9a57-0c7f3c1d2e11"}),
+        content_type="application/json", HTTP_X_API_TOKEN=token)
+    assert r.status_code == 422 and _error(r)["field"] == "timestamp"
+
+
 # --- declarations -------------------------------------------------------------------------------
 
 BODYLESS = {  # operations that read no request body (their handlers never call json_body)
@@ -192,3 +214,41 @@ def test_schemathesis_finds_no_5xx_and_no_answer_outside_the_schema(team, users,
         run()
     assert operations >= 40
     print(f"schemathesis: {operations} operations in {time.monotonic() - started:.0f} s")
+
+
+def test_schemathesis_on_the_codecarbon_api(team, wsgi_app):
+    """The same checks for /api/codecarbon/ (greenops/carbon/codecarbon_api.py), with the team
+    token as codecarbon sends its api_key (x-api-token), as a Bearer header, and with none.
+    Emissions go to a real run and the experiment read is a real one, so fuzzed values reach
+    the handlers (a random id stops at the 404)."""
+    team_token = ApiToken.issue(team, "codecarbon")[1]
+    identities = [{"x-api-token": team_token}, {"Authorization": f"Bearer {team_token}"}, {}]
+    import datetime as dt
+    import uuid
+
+    from greenops.carbon import runs
+
+    experiment_id = uuid.uuid4()
+    run_id = str(runs.create_client_run(team, experiment_id, dt.datetime.now(dt.UTC), {}).id)
+    schema = schemathesis.openapi.from_wsgi("/api/codecarbon/openapi.json", wsgi_app)
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance,
+              response_schema_conformance, house_error_shape]
+    operations = 0
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        operations += 1
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=MAX_EXAMPLES * 2, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=list(HealthCheck))
+        def run(case):
+            if isinstance(case.body, dict) and "run_id" in case.body:
+                case.body["run_id"] = run_id
+            if "experiment_id" in (case.path_parameters or {}):
+                case.path_parameters["experiment_id"] = str(experiment_id)
+            for headers in identities:
+                response = case.call(headers=headers)
+                case.validate_response(response, checks=checks)
+
+        run()
+    assert operations == 4

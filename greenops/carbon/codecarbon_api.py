@@ -24,7 +24,7 @@ from django.http import Http404, HttpRequest
 from ninja import Field, NinjaAPI, Schema
 from ninja.errors import ValidationError
 from ninja.responses import Status
-from pydantic import ConfigDict
+from pydantic import ConfigDict, field_validator
 
 from greenops.carbon import runs
 from greenops.carbon.models import Experiment
@@ -84,9 +84,23 @@ NonNeg = Field(ge=0)
 
 class FiniteSchema(Schema):
     """Refuses NaN and infinities in every float field (JSON Infinity, "Infinity", 1e309):
-    pydantic accepts them by default, and one inf made a run's total "inf" on the page."""
+    pydantic accepts them by default, and one inf made a run's total "inf" on the page. And what
+    PostgreSQL refuses, each a 500 found by schemathesis: NUL in a string, and a UTC offset
+    beyond +-15:59 (Python allows +-23:59), so every time is turned into UTC here."""
 
     model_config = ConfigDict(allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value):
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError("must not contain a NUL character")
+        if isinstance(value, dt.datetime):
+            try:
+                return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
+            except OverflowError:  # 0001-01-01T00:00+01:00 is before year 1 in UTC
+                raise ValueError("is out of range") from None
+        return value
 
 
 class RunIn(FiniteSchema):
@@ -138,7 +152,7 @@ class EmissionOut(Schema):
     run_id: str
 
 
-class ExperimentIn(Schema):
+class ExperimentIn(FiniteSchema):
     timestamp: dt.datetime | None = None
     name: str = Field(max_length=255, min_length=1)
     description: str = Field("", max_length=10_000)
