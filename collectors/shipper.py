@@ -5,6 +5,15 @@ or refused it for good (then it moves to the dead-letter table), so no sample is
 agent; batches are sent one at a time in spool order and the same batch is resent only after
 a failed or unanswered attempt (the server dedupes those by ``batch_id``).
 
+A backlog (the server was away, the agent restarted) goes out merged: the oldest spooled sample
+batches, up to MERGE_MAX_SAMPLES, in one POST, so a fleet catching up costs the server one
+request per few thousand samples instead of one per 10 s batch. The merged batch's id is derived
+from the ids it holds (a resend of the same merge is a duplicate to the server), and every sample
+keeps its natural key (GPU, timestamp), which is the server's primary key: a merge that the
+server stored but the agent never saw acknowledged, resent later alone or in another merge,
+stores nothing twice. Batches are acked only after the server answered 202 for the merge; if the
+server refuses a merge, the head batch goes alone, so one bad batch is judged by itself.
+
 Failures back off exponentially with full jitter (delay drawn uniformly from 0 to
 min(cap, base * 2**failures), as in AWS's "Exponential Backoff and Jitter") so a fleet of
 agents does not hammer a recovering server in lockstep; a ``Retry-After`` is honoured as a
@@ -18,6 +27,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 from collectors import batch as wire
@@ -29,6 +39,14 @@ log = logging.getLogger(__name__)
 
 MAX_RETRY_AFTER_S = 3600.0  # a Retry-After beyond an hour is treated as an hour
 IDLE_WAIT_S = 1.0
+# A merged POST holds at most this many samples (the server takes up to INGEST_MAX_SAMPLES,
+# 100,000 by default) and this many spooled batches: 4,000 is 50 of an 8-GPU host's 10 s batches,
+# where the server's cost per POST no longer matters next to its cost per sample.
+MERGE_MAX_SAMPLES = 4_000
+MERGE_MAX_BATCHES = 200
+# Merged batch ids are UUIDv5 of the member ids in this namespace (fixed: changing it would make
+# a resent merge look new to the server, which is harmless but pointless).
+MERGE_NAMESPACE = uuid.UUID("5f1c2f5e-3c1b-4d3e-9a52-6a0c8f0e7b11")
 
 
 class Shipper:
@@ -41,6 +59,7 @@ class Shipper:
         backoff_cap_s: float = 300.0,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        merge_max_samples: int = MERGE_MAX_SAMPLES,
     ) -> None:
         self.spool = spool
         self.transport = transport
@@ -54,6 +73,9 @@ class Shipper:
         self.sent_batches = 0
         self.rejected_batches = 0
         self.refused_windows = 0  # inference windows the server stored a batch without
+        self.merge_max_samples = merge_max_samples  # 0: one POST per spooled batch
+        self.merged_posts = 0  # POSTs that carried more than one spooled batch
+        self._send_alone: set[str] = set()  # head batches a merge was refused with
         self._reinventoried: set[str] = set()  # batches already retried after re-registering
         self._not_before = 0.0  # earliest time of the next attempt (inventory or batch)
         self._wake = threading.Event()
@@ -81,6 +103,11 @@ class Shipper:
             wait = min(head.next_attempt_at - now, self.backoff_cap_s, MAX_RETRY_AFTER_S)
             self._not_before = now + wait
             return wait
+        if (head.path == SAMPLES_PATH and self.merge_max_samples > 0
+                and head.batch_id not in self._send_alone and self.spool.depth() > 1):
+            group = self._mergeable(head)
+            if len(group) > 1:
+                return self._send_merged(group)
         return self._send(head)
 
     def _timeout(self) -> float | None:
@@ -126,6 +153,7 @@ class Shipper:
             self.sent_batches += 1
             self.failures = 0
             self._reinventoried.discard(head.batch_id)
+            self._send_alone.discard(head.batch_id)
             log.debug("batch %s delivered (%d samples)", head.batch_id, head.samples)
             self._log_refused(head, resp)
             return 0.0
@@ -153,6 +181,7 @@ class Shipper:
             self.spool.reject(head.batch_id, resp.status, resp.body)
             self.rejected_batches += 1
             self._reinventoried.discard(head.batch_id)
+            self._send_alone.discard(head.batch_id)
             return 0.0
         if outcome == AUTH:
             log.error(
@@ -162,6 +191,84 @@ class Shipper:
             )
         else:
             log.warning("batch %s not delivered (%s); will retry", head.batch_id, resp.describe())
+        delay = self._fail(resp)
+        self.spool.defer(head.batch_id, self.clock() + delay, resp.describe())
+        return delay
+
+    # --- merging a backlog -----------------------------------------------------------------
+
+    def _mergeable(self, head: SpooledBatch) -> list[tuple[SpooledBatch, dict]]:
+        """The head and the sample batches right behind it that can share one POST: same
+        source, agent version and columns, no (GPU, timestamp) twice (the server refuses a batch
+        that repeats one), at most merge_max_samples in all. Stops at the first that does not
+        fit, so spool order is kept."""
+        group: list[tuple[SpooledBatch, dict]] = []
+        keys: set[tuple[int, float]] = set()
+        total = 0
+        for item in self.spool.peek(MERGE_MAX_BATCHES):
+            if item.path != SAMPLES_PATH or total + item.samples > self.merge_max_samples:
+                break
+            try:
+                doc = wire.decode(item.payload)
+                samples = doc["samples"]
+                mine = set(zip(samples["gpu_index"], samples["ts"], strict=True))
+            except (ValueError, KeyError, TypeError, OSError, EOFError):
+                break  # not a batch this agent can read: it goes alone, and the server judges
+            if group:
+                first = group[0][1]
+                if (doc.get("source") != first.get("source")
+                        or doc.get("agent_version") != first.get("agent_version")
+                        or samples.keys() != first["samples"].keys() or not keys.isdisjoint(mine)):
+                    break
+            elif item.batch_id != head.batch_id:
+                break  # the spool changed under us: try again next step
+            group.append((item, doc))
+            keys |= mine
+            total += item.samples
+        return group
+
+    def _send_merged(self, group: list[tuple[SpooledBatch, dict]]) -> float:
+        head = group[0][0]
+        ids = [item.batch_id for item, _ in group]
+        first = group[0][1]
+        columns = {name: [v for _, doc in group for v in doc["samples"][name]]
+                   for name in first["samples"]}
+        now = self.clock()
+        merged = {
+            "batch_id": str(uuid.uuid5(MERGE_NAMESPACE, "\n".join(ids))),
+            "agent_version": first.get("agent_version", ""),
+            "sent_at": now,
+            "source": first["source"],
+            "samples": columns,
+            "spool": {"depth": self.spool.depth(), "oldest_age_s": self.spool.oldest_age(now)},
+        }
+        resp = self.transport.post(SAMPLES_PATH, wire.encode(merged), gzipped=True,
+                                   timeout_s=self._timeout())
+        outcome = resp.outcome
+        if outcome == DELIVERED:
+            for batch_id in ids:  # a crash in here leaves some spooled: resent, stored once
+                self.spool.ack(batch_id, self.clock())
+            self.sent_batches += len(ids)
+            self.merged_posts += 1
+            self.failures = 0
+            log.debug("%d batches delivered in one POST (%s, %d samples)", len(ids),
+                      merged["batch_id"], len(columns["ts"]))
+            return 0.0
+        if outcome == PERMANENT:
+            # Refused for good: judge the head batch alone (it may be the bad one, or the merge
+            # may be too big for this server), without dead-lettering anything here.
+            log.warning("server refused %d merged batches (%s); sending %s alone", len(ids),
+                        resp.describe(), head.batch_id)
+            self._send_alone.add(head.batch_id)
+            if resp.status == 413:  # this server takes smaller batches: stop merging
+                self.merge_max_samples = 0
+            return 0.0
+        if outcome == AUTH:
+            log.error("token rejected by %s (%s); keeping batches and retrying",
+                      self.transport.server, resp.describe())
+        else:
+            log.warning("%d merged batches not delivered (%s); will retry", len(ids),
+                        resp.describe())
         delay = self._fail(resp)
         self.spool.defer(head.batch_id, self.clock() + delay, resp.describe())
         return delay

@@ -263,6 +263,15 @@ class Spool:
             ).fetchone()
         return SpooledBatch(*row) if row else None
 
+    def peek(self, limit: int) -> list[SpooledBatch]:
+        """The oldest ``limit`` batches, in spool order (the shipper merges a backlog)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT batch_id, created_at, samples, payload, attempts, next_attempt_at, path "
+                "FROM batches ORDER BY seq LIMIT ?", (limit,)
+            ).fetchall()
+        return [SpooledBatch(*row) for row in rows]
+
     def ack(self, batch_id: str, now: float | None = None) -> bool:
         """The server has the batch: forget it. False if it was already gone."""
         with self._lock:

@@ -62,6 +62,9 @@ def make_shipper(spool, url, inventory=True, **kw) -> Shipper:
         build_inventory(GPUS, hostname="host-1") if inventory else None,
         backoff_base_s=kw.pop("base", 0.01),
         backoff_cap_s=kw.pop("cap", 0.05),
+        # One POST per spooled batch: these tests follow single batches through retries and
+        # refusals; merging a backlog is tests/test_agent_shipper_merge.py's.
+        merge_max_samples=kw.pop("merge", 0),
         **kw,
     )
 
