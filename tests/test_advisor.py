@@ -153,7 +153,8 @@ def test_unsupported_metrics_give_no_diagnosis_that_depends_on_them(workload):
     skipped = "; ".join(advice.skipped)
     assert ("memory-bandwidth: memory utilisation reported by 0 % of samples, DCGM DRAM "
             "activity by 0 %") in skipped
-    assert "host network/disk-bound: host network and disk throughput are not collected" \
+    assert "host CPU: reported for 0 % of the measured time" in skipped
+    assert "host network/disk-bound: the NIC's and disks' capacities are not collected" \
         in skipped
     assert "power/thermal throttling: throttle reasons reported by 0 % of samples" in skipped
     assert "PCIe: throughput reported by 0 % of samples" in skipped

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import dataclass
+
+from django.db.models import Sum
 
 from greenops import windows
 from greenops.advisor import gpus as gpu_table
 from greenops.advisor.alternatives import alternative_gpu
 from greenops.advisor.measure import (
+    HOST_CPU_BOUND_PCT,
     LINK_BOUND_SHARE,
     MEMORY_BOUND_PCT,
     MIN_MEASURED_MINUTES,
@@ -47,6 +51,7 @@ from greenops.advisor.measure import (
 )
 from greenops.advisor.measure import RANGES as RANGES  # the pages' range choices
 from greenops.advisor.powercap import cap_tradeoff, pair_tradeoff, throttled
+from greenops.telemetry.models import HostHour
 from greenops.workloads.models import Workload
 
 
@@ -182,6 +187,103 @@ def _link_bound(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None, link: st
     return Diagnosis(f"{link}_bound", title, evidence, list(levers), effect,
                      *estimate_confidence(conf, "link rate from the datasheet"))
 
+@dataclass(frozen=True)
+class HostActivity:
+    """The workload's hosts over the window (HostHour, time-weighted): means over the seconds
+    each figure was measured; None where it was not reported."""
+
+    hosts: int
+    cpu_s: float
+    cpu_util_pct: float | None
+    net_s: float
+    net_rx_bytes_s: float | None
+    net_tx_bytes_s: float | None
+    disk_s: float
+    disk_read_bytes_s: float | None
+    disk_write_bytes_s: float | None
+
+    # MB/s (10^6 bytes) for the page.
+    @property
+    def mb_s(self) -> dict[str, float | None]:
+        return {k: None if v is None else v / 1e6 for k, v in (
+            ("net_rx", self.net_rx_bytes_s), ("net_tx", self.net_tx_bytes_s),
+            ("disk_read", self.disk_read_bytes_s), ("disk_write", self.disk_write_bytes_s))}
+
+
+def host_activity(host_ids: list[int], window: windows.Window) -> HostActivity:
+    a = HostHour.objects.filter(host_id__in=host_ids, bucket__gte=window.start,
+                                bucket__lt=window.end).aggregate(
+        cpu_s=Sum("cpu_s"), busy=Sum("cpu_busy_s"), net_s=Sum("net_s"),
+        rx=Sum("net_rx_bytes"), tx=Sum("net_tx_bytes"), disk_s=Sum("disk_s"),
+        rd=Sum("disk_read_bytes"), wr=Sum("disk_write_bytes"))
+    cpu_s, net_s, disk_s = a["cpu_s"] or 0.0, a["net_s"] or 0.0, a["disk_s"] or 0.0
+
+    def per_s(total: float | None, seconds: float) -> float | None:
+        return total / seconds if seconds else None
+
+    busy = per_s(a["busy"], cpu_s)
+    return HostActivity(len(host_ids), cpu_s, None if busy is None else busy * 100, net_s,
+                        per_s(a["rx"], net_s), per_s(a["tx"], net_s), disk_s,
+                        per_s(a["rd"], disk_s), per_s(a["wr"], disk_s))
+
+
+def _host_cpu_bound(p: Profile, m: Monthly, h: HostActivity,
+                    conf: tuple[str, str]) -> Diagnosis | None:
+    """The hosts' CPUs busy at least HOST_CPU_BOUND_PCT while the GPUs wait: the data loader
+    or pre-processing on the CPU sets the pace."""
+    busy, busy_label = _busy(p)
+    if h.cpu_util_pct is None or busy is None:
+        return None
+    if h.cpu_util_pct < HOST_CPU_BOUND_PCT or busy >= SM_WAIT_UTIL_PCT:
+        return None
+    evidence = [f"host CPU {h.cpu_util_pct:.1f} % busy on average (all CPUs, at least "
+                f"{HOST_CPU_BOUND_PCT:.0f} %)",
+                f"{busy_label} {busy:.1f} % (below {SM_WAIT_UTIL_PCT:.0f} %): the GPUs wait "
+                "on the host"]
+    if h.net_rx_bytes_s is not None:
+        evidence.append(f"network in {h.net_rx_bytes_s / 1e6:.1f} MB/s, out "
+                        f"{h.net_tx_bytes_s / 1e6:.1f} MB/s")
+    if h.disk_read_bytes_s is not None:
+        evidence.append(f"disk read {h.disk_read_bytes_s / 1e6:.1f} MB/s, write "
+                        f"{h.disk_write_bytes_s / 1e6:.1f} MB/s")
+    levers = ["move decoding and augmentation onto the GPU (e.g. NVIDIA DALI) or cache "
+              "pre-processed data", "a host with more CPUs per GPU",
+              "profile the input pipeline: the loader, not the model, sets the pace"]
+    needed = max(1, math.ceil(p.gpus * busy / TARGET_UTIL_PCT))
+    if needed < p.gpus:
+        freed = (p.gpus - needed) / p.gpus
+        effect = scaled_effect(
+            m, -freed, None if m.usd is None else -m.usd * freed,
+            unknown="" if m.usd is not None else f"cost unknown: {m.usd_problem}",
+            method=(f"upper bound: with the host no longer holding the GPUs back, the same "
+                    f"work fits {needed} of {p.gpus} GPUs at {TARGET_UTIL_PCT:.0f} % "
+                    f"({p.gpus} × {busy:.1f} % ÷ {TARGET_UTIL_PCT:.0f} %); the freed GPUs' "
+                    "share of the measured month. Not additive with under-utilised."))
+    else:
+        effect = Effect(unknown="one GPU: a faster input pipeline shortens the work but the "
+                                "GPU stays billed; measure the fix as a variant")
+    return Diagnosis("host_cpu_bound", "Input-bound (host CPU)", evidence, levers, effect,
+                     *estimate_confidence(conf, "host CPU averaged over all cores"))
+
+
+def _host_rules(p: Profile, m: Monthly, host_ids: list[int], conf: tuple[str, str],
+                advice: Advice) -> None:
+    h = advice.host = host_activity(host_ids, p.window)
+    wanted = p.measured_s * len(host_ids)  # host-seconds the GPUs were measured over
+    cpu_cover = h.cpu_s / wanted if wanted else 0.0
+    if cpu_cover < MIN_METRIC_SHARE:
+        advice.skipped.append(f"host CPU: reported for {min(cpu_cover, 1) * 100:.0f} % of the "
+                              "measured time")
+    else:
+        found = _host_cpu_bound(p, m, h, conf)
+        if found:
+            advice.diagnoses.append(found)
+    # Bytes per second alone cannot say "saturated": the NIC's and disks' capacities are not
+    # collected, so no rule judges them (their figures are evidence beside the CPU rule).
+    advice.skipped.append("host network/disk-bound: the NIC's and disks' capacities are not "
+                          "collected, so saturation is not judged")
+
+
 def advise(workload: Workload, window: windows.Window) -> Advice:
     p = profile(workload, window)
     if not p.enough:
@@ -223,9 +325,7 @@ def advise(workload: Workload, window: windows.Window) -> Advice:
             found = _link_bound(p, m, spec, link, conf)
             if found:
                 advice.diagnoses.append(found)
-    # Host network and disk throughput are not collected yet: no rule may lean on them.
-    advice.skipped.append("host network/disk-bound: host network and disk throughput are not "
-                          "collected")
+    _host_rules(p, m, [h.id for h in hosts], conf, advice)
     tradeoff = cap_tradeoff(workload, window) or pair_tradeoff(workload, window)
     if p.throttle_share >= MIN_METRIC_SHARE or tradeoff is not None:
         advice.diagnoses.extend(throttled(

@@ -49,6 +49,7 @@ POWER_CAPPED_SHARE = 0.2
 THERMAL_SHARE = 0.05
 LINK_BOUND_SHARE = 0.5
 SM_WAIT_UTIL_PCT = 80.0
+HOST_CPU_BOUND_PCT = 90.0  # the host's CPUs, all cores on average
 NEAR_FULL_UTIL_PCT = 90.0  # past this a slower setting needs more GPU-hours
 MIN_CAP_HOURS = 3  # hours at each power limit before their trade-off is measured
 
@@ -293,6 +294,7 @@ class Advice:
     skipped: list[str] = field(default_factory=list)  # rules not run, and why
     not_enough: str = ""  # set when nothing may be diagnosed
     spec: gpu_table.GpuSpec | None = None  # the workload's GPU in the published table
+    host: object | None = None  # diagnose.HostActivity of the workload's hosts
 
     @property
     def simulated(self) -> bool:
