@@ -116,7 +116,8 @@ class SampleBuffer:
         (unknown) anyway, so the batch need not carry six columns of nulls."""
         out = {name: getattr(self, name) for name in FIELDS}
         for name in PROFILE_FIELDS:
-            if not any(v is not None for v in out[name]):
+            column = out[name]
+            if column.count(None) == len(column):  # C-speed: the journal calls this each tick
                 del out[name]
         return out
 
