@@ -381,3 +381,21 @@ def test_a_host_location_edit_changes_carbon_from_then_on(team, settings):
     assert carbon_of(it_energy(gpus, h0, h0 + HOUR)).co2e_g == pytest.approx(1.2 * deu)
     assert carbon_of(it_energy(gpus, h0 + HOUR, h0 + 2 * HOUR)).co2e_g == pytest.approx(
         1.2 * fra)
+
+
+def test_the_host_edit_page_switches_from_the_moment_of_saving(client, users, od_host):
+    # The real path: the owner sets "Reserved instance" on the host's edit page on Nov 1.
+    team = od_host.team
+    assert costs_page(team, SWITCH) == pytest.approx(300.0)  # 10 h x $30 (as above)
+    client.force_login(users["owner"])
+    page = client.get(f"/teams/{team.slug}/hosts/{od_host.id}/edit/").content.decode()
+    assert "A change counts from the moment you save it" in page
+    with at(SWITCH):
+        r = client.post(f"/teams/{team.slug}/hosts/{od_host.id}/edit/", {
+            "provider": "aws", "region": "us-east-1", "instance_type": "p4d.24xlarge",
+            "purchase_option": "reserved", "country": "", "site": ""})
+    assert r.status_code == 302
+    # No cost settings: 1 year, no upfront, as the catalog assumes -> $18/h from Nov 1.
+    assert costs_page(team, SWITCH) == pytest.approx(300.0)
+    assert costs_page(team, NOV_END) == pytest.approx(4320.0)  # 240 h x $18
+    assert AuditEvent.objects.filter(team=team, action="host.changed").exists()
