@@ -144,3 +144,59 @@ def test_pue_and_intensity_applied_exactly_once(team):
     assert c.co2e_kg == 1.2
     assert (c.pue, c.intensity_g_per_kwh) == (1.5, 400.0)
     assert c.intensity_source.startswith("site override")
+
+
+# Killed mutants of `make mutate MODULES=intensity` (issue 16, tests/mutation/SURVIVORS.md).
+
+
+def test_a_region_named_without_its_provider_is_found_when_only_one_provider_uses_it():
+    # cloud_region_3, 4, 6, 8: with no provider, the region name is looked up across providers
+    # (cloud_regions.csv: eu-west-1 is AWS Ireland, no other provider has that name). The
+    # mutants found no row (or all the others) and fell to the world average, or raised.
+    found = intensity.resolve(region="eu-west-1")
+    assert found.g_per_kwh == pytest.approx(country_g("IRL"), rel=1e-12)  # 290.805 (2023)
+    assert found.source.endswith(
+        "country table: IRL (2023) via aws eu-west-1 (GreenOps cloud_regions.csv)")
+
+
+def test_a_us_state_code_in_any_case_names_the_state():
+    # us_state_code_3 (key.lower() in table) and _5 (returns key.lower(), which the table does
+    # not hold): "VA" and "va" both are eGRID 2023 Virginia, 539.599 lb/MWh x 0.45359237.
+    for region in ("VA", "va", " va "):
+        found = intensity.resolve(region=region, country="USA")
+        assert found.g_per_kwh == pytest.approx(539.599 * 0.45359237, rel=1e-12)
+        # for_us_state_1 / for_country_1 (default `via` "XXXX"): nothing follows the year.
+        assert found.source == f"codecarbon {intensity.codecarbon_version()} US state table: " \
+                               "VA (eGRID 2023)"
+    found = intensity.resolve(country="fra")
+    assert found.source == f"codecarbon {intensity.codecarbon_version()} country table: FRA (2023)"
+
+
+def _world(where: str) -> str:
+    v = intensity.codecarbon_version()
+    return f"codecarbon {v} world average (location unknown: {where})"
+
+
+def test_the_fallback_order_of_resolve():
+    # resolve_1..3 (defaults "XXXX"), _62..67 (the "where" text): the world average (475 g/kWh,
+    # carbon_intensity_per_source.json) names exactly what was configured.
+    assert intensity.resolve() == intensity.Intensity(475.0, _world("no location configured"))
+    assert intensity.resolve(provider="aws", region="mars-north-1").source == \
+        _world("aws/mars-north-1")
+    # _12: a GCP region without a provider is Google's figure (impact.csv: europe-west1 122).
+    assert intensity.resolve(region="europe-west1").g_per_kwh == gcp_g("europe-west1") == 122.0
+    # _26: an Azure region name under provider "aws" is no AWS region: not Azure's Virginia.
+    assert intensity.resolve(provider="aws", region="eastus").source == _world("aws/eastus")
+    # _48, _57: a state name with no provider and no country is that state (eGRID 2023
+    # Virginia 539.599 lb/MWh x 0.45359237) ...
+    assert intensity.resolve(region="Virginia").g_per_kwh == \
+        pytest.approx(539.599 * 0.45359237, rel=1e-12)
+    # ... but under a cloud provider, an unknown region name is not read as a state ...
+    assert intensity.resolve(provider="aws", region="virginia").source == _world("aws/virginia")
+    # ... unless the country says USA (_53..56): eGRID 2023 Texas 771.179 lb/MWh.
+    found = intensity.resolve(provider="aws", region="texas", country="USA")
+    assert found.g_per_kwh == pytest.approx(771.179 * 0.45359237, rel=1e-12)
+    assert "US state table: TX" in found.source
+    # _51: a region that is no state, in the USA, is the country's figure (369.473, 2023).
+    found = intensity.resolve(region="mars", country="USA")
+    assert found.g_per_kwh == country_g("USA") == 369.473

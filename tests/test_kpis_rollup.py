@@ -226,3 +226,96 @@ def test_throughput_is_unknown_when_a_window_has_no_start(scenario):
     cur = queries.overview(w.team, w, "day", now=H + dt.timedelta(minutes=30))["current"]
     assert cur["requests"] == 3635 and cur["throughput_per_s"] is None
     assert cur["measured_s"] is None and "unknown" in cur["coverage"]
+
+
+# Killed mutants of `make mutate MODULES=rollup` (issue 16, tests/mutation/SURVIVORS.md). Figures:
+# the scenario of tests/test_kpis_measure.py, workload W in hour H = 363.5 g CO2e and $6.00 with
+# the stand-in factors.
+
+
+def test_run_measures_with_the_factors_it_is_given(scenario):
+    # run_3 (factors = None), run_4 (factors and cached_factors()), run_80/83 (rollup_hour
+    # without them) measured with the database's own factors instead of the stand-ins (no
+    # site: the default PUE and us-east-1's grid intensity), 309.3 g instead of 363.5 g.
+    w = scenario["workload"]
+    add_windows(w, H)
+    out = rollup.run(now=H + dt.timedelta(minutes=30), lookback_h=1, factors=stand_in_factors())
+    assert out["hours"] == 1  # only H: lookback 1 h from H:30
+    row = KpiRollup.objects.get(workload=w, period=Period.HOUR, bucket=H)
+    assert row.co2e_g == pytest.approx(363.5)
+    assert row.cost_usd == pytest.approx(6.0)
+    assert "400 g/kWh (test table: A)" in row.intensity_source
+    # run_86 (rollup_day(None, day)): the day row is the merge of that one hour.
+    day = KpiRollup.objects.get(workload=w, period=Period.DAY, bucket=H.replace(hour=0))
+    assert day.requests == 3635 and day.co2e_g == pytest.approx(363.5)
+
+
+def test_run_counts_the_hours_of_every_team(scenario):
+    # run_90 (done = len(hours) instead of +=): two active teams, one hour each (lookback 1 h).
+    from greenops.teams.models import Team
+    from tests.conftest import make_host
+
+    make_host(Team.objects.create(name="Second"), "A", gpus=1)
+    out = rollup.run(now=H + dt.timedelta(minutes=30), lookback_h=1, factors=stand_in_factors())
+    assert out["hours"] == 2
+
+
+def test_a_batch_committed_just_before_the_cursor_is_still_picked_up(scenario):
+    # _touched_hours_5 (since + OVERLAP instead of since - OVERLAP): a batch whose transaction
+    # committed late carries a received_at up to OVERLAP (5 min) before the cursor. Here it is
+    # 4 minutes before: inside the overlap, so its hour (30 h outside the lookback) is rebuilt.
+    w = scenario["workload"]
+    batch = add_windows(w, H)
+    RollupCursor.objects.create(name=rollup.CURSOR,
+                                position=batch.received_at + dt.timedelta(minutes=4))
+    rollup.run(now=H + 30 * dt.timedelta(hours=1), lookback_h=1, factors=stand_in_factors())
+    row = KpiRollup.objects.get(workload=w, period=Period.HOUR, bucket=H)
+    assert row.requests == 3635
+    # The cursor does not move back to the older batch.
+    assert RollupCursor.objects.get(name=rollup.CURSOR).position == \
+        batch.received_at + dt.timedelta(minutes=4)
+
+
+def _job(scenario, name, stopped_at=None):
+    from greenops.workloads.models import TrainingJob
+
+    job = TrainingJob.objects.create(team=scenario["workload"].team, workload=scenario["workload"],
+                                     name=name, started_at=H, stopped_at=stopped_at)
+    job.gpus.add(scenario["a0"])
+    return job
+
+
+# A job on GPU A0 over hour H, with the stand-in factors (see tests/test_kpis_measure.py):
+# 1,800,000 J GPU + half of host A's 432,000 J CPU/RAM = 2,016,000 J = 0.56 kWh; x PUE 1.5 =
+# 0.84 kWh; x 400 g/kWh = 336 g; host A's $8/h x 1 h x 1/2 (one of its two GPUs) = $4.
+JOB_CO2E_KG, JOB_USD = 0.336, 4.0
+
+
+def test_running_jobs_are_accounted_with_the_runs_factors(scenario):
+    # run_106, 109: refresh_recent without the run's factors (the database's own: 309.3 g).
+    job = _job(scenario, "running")
+    out = rollup.run(now=H + HOUR, lookback_h=1, factors=stand_in_factors())
+    assert out["jobs"] == 1
+    job.refresh_from_db()
+    assert job.co2e_kg == pytest.approx(JOB_CO2E_KG) and job.cost_usd == pytest.approx(JOB_USD)
+
+
+def test_jobs_overlapping_a_late_hour_are_accounted_again(scenario):
+    # run_111..122: the jobs of a late hour's team that ran in that hour are accounted again,
+    # with the run's factors and clock, and counted. Here hour H is late (30 h before `now`):
+    # the stopped job ran in it; the running job ran in it too and is also "recent".
+    from greenops.telemetry.models import LateHour
+
+    stopped = _job(scenario, "stopped", stopped_at=H + HOUR)
+    running = _job(scenario, "running")
+    # Telemetry stamped after the run's `now`: a running job is measured up to `now` (run_116
+    # measured up to the wall clock, adding this hour's 360,000 J).
+    add_gpu_hour(scenario["a0"], H + 40 * HOUR, 360_000, 10.0, 60)
+    LateHour.objects.create(team=scenario["workload"].team, hour=H)
+    out = rollup.run(now=H + 30 * HOUR, lookback_h=1, factors=stand_in_factors())
+    assert out["late_hours"] == 1
+    assert out["jobs"] == 3  # the running job as recent, then both as overlapping hour H
+    for job in (stopped, running):
+        job.refresh_from_db()
+        assert job.gpu_energy_j == pytest.approx(1_800_000)
+        assert job.co2e_kg == pytest.approx(JOB_CO2E_KG) and job.cost_usd == pytest.approx(JOB_USD)

@@ -11,8 +11,10 @@ runs on are shared.
     python tests/mutation/run.py --list          # the module map
 
 Prints, and writes to var/mutation/<name>/summary.txt, the kill ratio per module and the
-surviving mutants (names as `mutmut show NAME` takes them, run inside the scratch copy). The
-survivors the project keeps, each killed by a test or explained, are in SURVIVORS.md here.
+surviving mutants (names as `mutmut show NAME` takes them, run inside the scratch copy). A rerun
+tests the mutants of functions that changed, and runs the survivors of the previous run again
+(so a test added for one counts). The survivors the project keeps, each killed by a test or
+explained, are in SURVIVORS.md here.
 
 mutmut 3 mutates code inside functions and methods only: module-level constants (such as the
 SQL text of telemetry/store.py) and @property bodies are not mutated. Functions reached only in
@@ -134,10 +136,20 @@ def run_module(name: str, env: dict) -> str:
     target, tests = MODULES[name]
     dest = SCRATCH / name
     dest.mkdir(parents=True, exist_ok=True)
+    before = (results(dest, target).get("survived", [])
+              if (dest / "mutants" / (target + ".meta")).exists() else [])
     copy_tree(dest)
     write_config(dest, target, tests)
     mutmut = Path(sys.executable).with_name("mutmut")
-    subprocess.run([str(mutmut), "run", "--max-children", "1"], cwd=dest, env=env, check=False)
+    cmd = [str(mutmut), "run", "--max-children", "1"]
+    subprocess.run(cmd, cwd=dest, env=env, check=False)
+    # mutmut keeps a verdict until the mutated function changes, so a survivor of an earlier
+    # run would stay "survived" after a test was added for it: run those again by name (only
+    # their own tests run). Tests must be added to the mapped files, not as new files: a change
+    # of the test selection makes mutmut discard every verdict and start over.
+    again = sorted(set(before) & set(results(dest, target).get("survived", [])))
+    if again:
+        subprocess.run(cmd + again, cwd=dest, env=env, check=False)
     text = summary(name, target, results(dest, target))
     (dest / "summary.txt").write_text(text + "\n")
     return text
