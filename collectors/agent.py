@@ -123,7 +123,8 @@ class Agent:
 
     def journal(self, start: int, n: int, wall_minus_mono: float) -> None:
         """Write the samples from ``start`` on, and each GPU's last counter reading, to disk."""
-        columns = {name: column[start:] for name, column in self.buffer.columns().items()}
+        buffer = self.buffer
+        columns = {name: getattr(buffer, name)[start:] for name in wire.FIELDS}
         last = self.energy.last_readings()
         state = {
             "boot_id": self.boot_id,
@@ -141,14 +142,14 @@ class Agent:
         state = marshal.loads(raw_state) if raw_state else {}
         ticks = self.spool.journaled()
         if ticks:
-            columns: dict[str, list] = {name: [] for name in wire.FIELDS}
+            buffer = wire.SampleBuffer()
             for tick in ticks:
                 doc = marshal.loads(tick)
                 n = len(doc["ts"])
                 for name in wire.FIELDS:  # a field an older agent did not journal is unknown
-                    columns[name].extend(doc.get(name) or [None] * n)
-            n = len(columns["ts"])
-            batch = wire.build_batch(columns, state.get("source") or self.source.kind)
+                    getattr(buffer, name).extend(doc.get(name) or [None] * n)
+            n = len(buffer)
+            batch = wire.build_batch(buffer.columns(), state.get("source") or self.source.kind)
             self.spool.put(batch["batch_id"], wire.encode(batch), n, seal_journal=True)
             log.warning("spooled %d sample(s) that an unclean stop left unbatched", n)
         self._carry_counters(state)

@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS rejected (
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS journal (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,                 -- rowid: no AUTOINCREMENT bookkeeping per tick
     samples INTEGER NOT NULL,
     columns BLOB NOT NULL,                   -- one tick's samples: marshal {field: [values]}
     state BLOB                               -- the agent's state after that tick (marshal)
