@@ -228,7 +228,8 @@ class DcgmSource:
         self._uuid: dict[int, str] = {}
         self._gpus: list[GpuInfo] = []
         for g in ordered:
-            index = g.gpu if g.gpu is not None else next(spare)
+            # The exporter's gpu label, unless missing or already taken by another UUID.
+            index = g.gpu if g.gpu is not None and g.gpu not in self._uuid else next(spare)
             self._uuid[index] = g.uuid
             # No power limit here, even where DCGM_FI_DEV_POWER_MGMT_LIMIT is exported: the
             # energy accountant would hold each counter delta to limit x dt, and the exporter's

@@ -137,7 +137,8 @@ BATCH_SCHEMA = {
                      "description": "Fixed when the agent spools the batch; a resend is a no-op."},
         "agent_version": {"type": "string"},
         "sent_at": {"type": "number", "description": "Agent clock, Unix seconds."},
-        "source": {"type": "string", "enum": ["nvml", "simulated"]},
+        "source": {"type": "string", "enum": ["nvml", "simulated", "dcgm"],
+                   "description": "dcgm: read from dcgm-exporter (measured, not simulated)"},
         "samples": {
             "type": "object",
             "description": "Columnar: one array per field, all the same length.",
@@ -154,6 +155,13 @@ BATCH_SCHEMA = {
                                   "description": "counter_gap: the counter across an agent "
                                                  "restart (energy_j spans the gap)"},
                 "temp_c": _COLUMN, "sm_clock_mhz": _COLUMN,
+                # Optional (issue 14): absent = null for every sample.
+                **{name: _COLUMN for name in (
+                    "mem_util_pct", "mem_clock_mhz", "pcie_tx_kib_s", "pcie_rx_kib_s",
+                    "power_limit_w", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct",
+                    "dram_active_pct", "nvlink_tx_kib_s", "nvlink_rx_kib_s")},
+                "throttle_reasons": {"type": "array", "items": {"type": ["integer", "null"]},
+                                     "description": "nvmlClocksThrottleReason* bitmask"},
             },
         },
     },
