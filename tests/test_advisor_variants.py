@@ -216,3 +216,11 @@ def test_a_pair_of_another_team_is_not_found(client, team_roles, team, chat):
     assert client.get(f"/teams/other/advisor/variants/{pair.id}/").status_code == 404
     assert client.post(f"/teams/other/advisor/variants/{pair.id}/delete").status_code == 302
     assert variants.VariantPair.objects.filter(id=pair.id).exists()  # not deleted
+
+
+@pytest.mark.django_db
+def test_workload_diagnosis_links_its_marked_pairs(client, team_roles, team, chat):
+    pair = variants.create_pair(team, pair_form())
+    client.force_login(team_roles["viewer"])
+    html = client.get(f"/teams/{team.slug}/advisor/workloads/chat/").content.decode()
+    assert f'href="/teams/{team.slug}/advisor/variants/{pair.id}/">fp16 vs int8</a>' in html

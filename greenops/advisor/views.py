@@ -3,6 +3,7 @@ check, parse, the domain function, render."""
 
 from __future__ import annotations
 
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -24,6 +25,7 @@ def workload(request: HttpRequest, team: Team, workload_slug: str) -> HttpRespon
     return render(request, "advisor/workload.html", {
         "team": team, "workload": wl, "range_key": key, "ranges": diagnose.RANGES,
         "window": window, "advice": diagnose.advise(wl, window),
+        "pairs": VariantPair.objects.filter(Q(a_workload=wl) | Q(b_workload=wl), team=team),
         "thresholds": {"min_minutes": diagnose.MIN_MEASURED_MINUTES,
                        "min_share_pct": diagnose.MIN_METRIC_SHARE * 100},
     })
