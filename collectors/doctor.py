@@ -136,10 +136,33 @@ def check_spool(path: Path) -> Check:
     return Check(OK, "spool", f"{path}")
 
 
+def check_dcgm(target, fetch=None) -> list[Check]:
+    """A ``[[scrape]] kind = "dcgm"`` target: reachable, and what its page measures per GPU
+    (the profiling fields are off in dcgm-exporter's default counters)."""
+    if target is None:
+        return []
+    from collectors.dcgm import PROFILE, DcgmScraper, DcgmUnavailable
+
+    try:
+        page = DcgmScraper(target.url, target.labels, fetch, timeout_s=3.0).scrape()
+    except DcgmUnavailable as exc:
+        return [Check(FAIL, "dcgm-exporter", str(exc))]
+    checks = [Check(OK, "dcgm-exporter", f"{target.url}: {len(page)} GPU(s)")]
+    for uuid, gpu in sorted(page.items(), key=lambda kv: (kv[1].gpu is None, kv[1].gpu or 0)):
+        missing = [m for m in PROFILE if m not in gpu.values]
+        detail = (f"{gpu.model} {uuid}; measures {', '.join(sorted(gpu.values)) or 'nothing'}")
+        if missing:
+            detail += (f"; not on the page: {', '.join(missing)} (enable the DCGM_FI_PROF_* "
+                       "rows of dcgm-exporter's counters CSV)")
+        checks.append(Check(WARN if missing else OK, f"dcgm gpu {gpu.gpu}", detail))
+    return checks
+
+
 def run_checks(config) -> list[Check]:
     checks = check_server(config.server)
     checks.append(check_token(config.server, config.token))
     checks += check_gpus(config.simulate, config.nvml_lib)
+    checks += check_dcgm(next((t for t in config.scrape if t.kind == "dcgm"), None))
     checks.append(check_codecarbon())
     checks.append(check_spool(config.spool_path))
     return checks

@@ -240,3 +240,19 @@ def test_bad_profiling_values_are_refused_by_name(host, post_batch, column, valu
     r = post_batch(token, doc)
     assert r.status_code == 422 and r.json()["field"] == f"samples.{column}[3]"
     assert GpuSample.objects.filter(gpu__host=h).count() == 0
+
+
+def test_doctor_says_what_the_exporter_page_measures():
+    from collectors import doctor
+
+    target = parse_target({"url": URL, "kind": "dcgm"}, "scrape[0]")
+    ok, g0, g1 = doctor.check_dcgm(target, fetch=Pages(PAGES[0]))
+    assert ok == doctor.Check(doctor.OK, "dcgm-exporter", f"{URL}: 2 GPU(s)")
+    assert g0.status == doctor.OK and "sm_active_pct" in g0.detail
+    assert g1.status == doctor.WARN and "not on the page: sm_active_pct" in g1.detail
+
+    def down(url: str, timeout_s: float) -> str:
+        raise OSError("connection refused")
+
+    (fail,) = doctor.check_dcgm(target, fetch=down)
+    assert fail.status == doctor.FAIL and "connection refused" in fail.detail
