@@ -164,7 +164,19 @@ def test_agent_sigkill_mid_send_loses_at_most_one_interval_and_bridges_the_gap(s
     finally:
         for pid in web_pids:
             os_kill(pid, signal.SIGCONT)
-    time.sleep(1.0)  # the agent is down a second: the gap the counter has to cover
+    from collectors.spool import Spool
+
+    with Spool(agent.root / "spool.db") as spool:
+        in_flight = spool.head().batch_id  # the shipper sends the spool's head, and only it
+
+    def server_has_it() -> bool:
+        with stack.pg.connect() as conn:
+            return conn.execute("SELECT count(*) FROM telemetry_ingestbatch WHERE id = %s",
+                                [in_flight]).fetchone()[0] == 1
+
+    # The server took the batch whose answer the agent never heard; the agent still has it.
+    wait_for("the server to accept the batch the killed agent was sending", server_has_it, 10)
+    time.sleep(max(0.0, 1.0 - (time.time() - killed_at)))  # a gap of >= 1 s to cover
     agent.start()
     finish(stack, host_id, agent)
 
