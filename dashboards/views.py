@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib.auth.decorators import login_required
 from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -14,7 +16,7 @@ from greenops import windows
 from greenops.teams import audit
 from greenops.teams.models import AuditEvent, Team
 from greenops.teams.permissions import team_permission
-from greenops.telemetry import fleet
+from greenops.telemetry import fleet, host_samples
 from greenops.telemetry.models import Host
 from greenops.telemetry.queries import RANGES, team_gpus
 
@@ -61,10 +63,16 @@ def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
     host = get_object_or_404(Host, id=host_id, team=team)
     key = windows.range_from_request(request, RANGES)
     fleet_series = fleet.fleet_series(list(host.gpus.select_related("host")), key)
+    procs = host_samples.processes_by_gpu(host)
+    gpus = list(host.gpus.all())
+    for g in gpus:
+        g.current_processes = procs.get(g.id, [])
     ctx = {
         "team": team,
         "host": host,
-        "gpus": host.gpus.all(),
+        "gpus": gpus,
+        "activity": host_samples.activity(host, timezone.now() - timedelta(hours=24)),
+        "processes_seen_at": min((p.seen_at for ps in procs.values() for p in ps), default=None),
         "usage": fleet_series,
         "figures": figures.fleet_figures(fleet_series),
         "ranges": RANGES,

@@ -220,3 +220,17 @@ def test_inventory_stores_the_max_clocks(client, host):
     assert r.status_code == 200, r.content
     g = Gpu.objects.get(host=h, index=0)
     assert (g.max_sm_clock_mhz, g.max_mem_clock_mhz) == (1410.0, 1215.0)
+
+
+@pytest.mark.django_db
+def test_the_host_page_shows_who_runs_on_each_gpu_and_the_host_activity(client, host, users):
+    h, token = host
+    assert post(client, token, host_doc(time.time() - 3 * 3600 + 60)).status_code == 200
+    client.force_login(users["owner"])
+    page = client.get(f"/teams/{h.team.slug}/hosts/{h.id}/").content.decode()
+    assert "pod inference/vllm-0 (vllm)" in page and "python3 4242 · 2,048 MiB" in page
+    # Means as in test_host_samples_are_stored_and_rolled_up_per_host_hour: CPU 12 busy-s over
+    # 30 s = 40.0 %; RX 3e8 B / 45 s = 6.67 MB/s; read 125,829,120 B / 60 s = 2.10 MB/s.
+    assert "40.0 % of all CPUs on average, 60.0 % at most" in page
+    assert "6.67 MB/s in · 1.33 MB/s out" in page
+    assert "2.10 MB/s read · 0.52 MB/s written" in page

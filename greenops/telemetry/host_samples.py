@@ -180,3 +180,46 @@ def accept(host: Host, doc) -> dict:
     inserted = store(host, rows, snapshot)
     return {"batch_id": str(doc["batch_id"]), "status": "stored" if inserted else "duplicate",
             "samples": len(rows), "inserted": inserted}
+
+
+# --- what the host page shows -----------------------------------------------------------------
+
+
+def activity(host: Host, since: dt.datetime) -> dict:
+    """The host's CPU, network and disk since ``since`` (whole hours from HostHour), each mean
+    over the seconds it was measured; None where nothing was reported."""
+    a = HostHour.objects.filter(host=host, bucket__gte=since).aggregate(
+        cpu_s=Sum("cpu_s"), busy=Sum("cpu_busy_s"), cpu_max=Max("cpu_util_max"),
+        net_s=Sum("net_s"), rx=Sum("net_rx_bytes"), tx=Sum("net_tx_bytes"),
+        disk_s=Sum("disk_s"), rd=Sum("disk_read_bytes"), wr=Sum("disk_write_bytes"))
+
+    def mean(total, seconds, scale=1.0):
+        return total / seconds * scale if seconds else None
+
+    return {
+        "cpu_util_pct": mean(a["busy"], a["cpu_s"], 100.0), "cpu_util_max": a["cpu_max"],
+        "net_rx_mb_s": mean(a["rx"], a["net_s"], 1e-6),
+        "net_tx_mb_s": mean(a["tx"], a["net_s"], 1e-6),
+        "disk_read_mb_s": mean(a["rd"], a["disk_s"], 1e-6),
+        "disk_write_mb_s": mean(a["wr"], a["disk_s"], 1e-6),
+        "measured": _duration(max(a["cpu_s"] or 0.0, a["net_s"] or 0.0, a["disk_s"] or 0.0)),
+    }
+
+
+def _duration(seconds: float) -> str:
+    """'45 s', '12 min', '23.5 h'; '' for nothing measured."""
+    if seconds <= 0:
+        return ""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def processes_by_gpu(host: Host) -> dict[int, list[GpuProcess]]:
+    """GPU id -> who held it at the host's latest process snapshot."""
+    out: dict[int, list[GpuProcess]] = {}
+    for p in GpuProcess.objects.filter(host=host):
+        out.setdefault(p.gpu_id, []).append(p)
+    return out
