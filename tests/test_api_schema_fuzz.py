@@ -110,6 +110,23 @@ def test_codecarbon_api_refuses_nul_and_stores_far_offsets_in_utc(client, team):
     assert r.status_code == 422 and _error(r)["field"] == "timestamp"
 
 
+def test_codecarbon_api_refuses_a_cpu_count_beyond_its_column(client, team):
+    """Found by the codecarbon schemathesis run: 2**31 CPUs reached PostgreSQL's 32-bit column
+    ("integer out of range") and answered 500. The largest count the column holds is stored."""
+    token = ApiToken.issue(team, "cc")[1]
+    exp = "5b4f0a4e-8f9c-4d8e-9a57-0c7f3c1d2e11"
+    for field in ("cpu_count", "gpu_count"):
+        r = client.post("/api/codecarbon/runs", orjson.dumps(
+            {"timestamp": "2026-09-02T11:49:43Z", "experiment_id": exp, field: 2**31}),
+            content_type="application/json", HTTP_X_API_TOKEN=token)
+        assert r.status_code == 422, r.content
+        assert _error(r)["field"] == field
+        r = client.post("/api/codecarbon/runs", orjson.dumps(
+            {"timestamp": "2026-09-02T11:49:43Z", "experiment_id": exp, field: 2**31 - 1}),
+            content_type="application/json", HTTP_X_API_TOKEN=token)
+        assert r.status_code == 201, r.content
+
+
 # --- declarations -------------------------------------------------------------------------------
 
 BODYLESS = {  # operations that read no request body (their handlers never call json_body)

@@ -109,9 +109,11 @@ class RunIn(FiniteSchema):
     os: str | None = Field(None, max_length=255)
     python_version: str | None = Field(None, max_length=32)
     codecarbon_version: str | None = Field(None, max_length=32)
-    cpu_count: int | None = Field(None, ge=0)
+    # Bounded by the column (a 32-bit integer): a larger count is a 422 naming the field, not
+    # PostgreSQL's "integer out of range" as a 500.
+    cpu_count: int | None = Field(None, ge=0, le=2**31 - 1)
     cpu_model: str | None = Field(None, max_length=255)
-    gpu_count: int | None = Field(None, ge=0)
+    gpu_count: int | None = Field(None, ge=0, le=2**31 - 1)
     gpu_model: str | None = Field(None, max_length=255)
     longitude: float | None = Field(None, ge=-180, le=180)
     latitude: float | None = Field(None, ge=-90, le=90)
