@@ -394,15 +394,18 @@ def idle_cost(host: Host, gpus_used: list[GpuUsage], price: PriceFor) -> float |
     """Idle GPU-hours of each hour x the host's per-GPU price in force in that hour (a past
     month's idle cost keeps its own prices, like its cost); None if an hour has no price."""
     gpu_count = len(host.gpus.all())
-    total = 0.0
+    idle_by_hour: dict[dt.datetime, int] = defaultdict(int)  # one price lookup per hour
     for usage in gpus_used:
         for bucket, (_, idle) in usage.minutes.items():
-            if not idle:
-                continue
-            found = price(host, bucket)
-            if not isinstance(found, HourlyPrice) or not gpu_count:
-                return None
-            total += idle / 60 * found.usd_per_hour / gpu_count
+            idle_by_hour[bucket] += idle
+    total = 0.0
+    for bucket, idle in idle_by_hour.items():
+        if not idle:
+            continue
+        found = price(host, bucket)
+        if not isinstance(found, HourlyPrice) or not gpu_count:
+            return None
+        total += idle / 60 * found.usd_per_hour / gpu_count
     return total
 
 
