@@ -75,19 +75,39 @@ def unpriced(tu: accounting.TeamUsage) -> Unpriced:
     return out
 
 
-def _costs(team: Team, days: float, now: dt.datetime) -> tuple[dict, Unpriced]:
-    tu = accounting.collect(team, days, now)  # type: ignore[arg-type]
-    return accounting.team_costs(tu), unpriced(tu)
+class Usage:
+    """The team's usage (costs.accounting.collect) per window, collected once per page view:
+    the cost cards, the month to date and the recommendations ask for the same window more
+    than once (the month range's cards and the recommendations both read the last 30 days),
+    and at 1,000 GPUs each collect costs seconds."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, accounting.TeamUsage] = {}
+
+    def __call__(self, team: Team, days: float, now: dt.datetime) -> accounting.TeamUsage:
+        w = windows.lookback(days, now)  # type: ignore[arg-type]
+        key = (team.id, w.start, w.end)
+        if key not in self._seen:
+            self._seen[key] = accounting.collect(team, days, now)  # type: ignore[arg-type]
+        return self._seen[key]
 
 
-def headline(team: Team, range_key: str, now: dt.datetime | None = None) -> dict:
+def _costs(team: Team, days: float, now: dt.datetime, usage: Usage | None = None
+           ) -> tuple[dict, Unpriced]:
+    tu = (usage or Usage())(team, days, now)
+    return accounting.cost_totals(tu), unpriced(tu)
+
+
+def headline(team: Team, range_key: str, now: dt.datetime | None = None,
+             usage: Usage | None = None) -> dict:
     now = now or timezone.now()
+    usage = usage or Usage()
     key = kpi_range(range_key)
     ov = kpi_queries.overview(team, None, key, now)
     label, span = kpi_queries.RANGES[key].label, kpi_queries.RANGES[key].span
     days = span.total_seconds() / 86400
-    costs_now, missing = _costs(team, days, now)
-    costs_before, missing_before = _costs(team, days, now - span)
+    costs_now, missing = _costs(team, days, now, usage)
+    costs_before, missing_before = _costs(team, days, now - span, usage)
     cur, change = ov["current"], ov["change_pct"]
     slug = team.slug
     kpis_url = reverse("kpi-overview", args=[slug]) + f"?range={key}"
@@ -150,11 +170,11 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None) -> dict
         "cards": cards, "comparable": ov["comparable"],
         "previous_partial": ov["previous_partial"], "simulated": cur.get("simulated"),
         "unpriced": missing, "costs": costs_now,
-        "month": month_to_date(team, now),
+        "month": month_to_date(team, now, usage),
     }
 
 
-def month_to_date(team: Team, now: dt.datetime) -> dict:
+def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None) -> dict:
     """This calendar month (in the team's time zone) so far: cost (priced hosts), IT energy,
     carbon, inferences."""
     month = windows.month_containing(now, team.time_zone)
@@ -163,7 +183,7 @@ def month_to_date(team: Team, now: dt.datetime) -> dict:
     k = kpi_queries.kpis(team, None, start, end, Period.HOUR)
     # Cost accounting counts whole hours up to the start of the current one.
     days = max((now.replace(minute=0, second=0, microsecond=0) - start).total_seconds(), 0)
-    costs, missing = _costs(team, days / 86400, now)
+    costs, missing = _costs(team, days / 86400, now, usage)
     return {"start": start, "label": month.label,
             "cost_usd": costs["priced_cost_usd"], "unpriced": missing,
             "energy_kwh": k.get("energy_kwh"), "co2e_kg": k.get("co2e_kg"),
@@ -171,9 +191,13 @@ def month_to_date(team: Team, now: dt.datetime) -> dict:
 
 
 def top_recommendations(team: Team, now: dt.datetime | None = None,
-                        limit: int = TOP_RECOMMENDATIONS) -> list[dict]:
+                        limit: int = TOP_RECOMMENDATIONS, usage: Usage | None = None
+                        ) -> list[dict]:
     """The recommendations with the largest monthly savings, as the Costs page ranks them."""
-    recs = team_recommendations(team, RECOMMENDATION_LOOKBACK_DAYS, now)["recommendations"]
+    now = now or timezone.now()
+    tu = (usage or Usage())(team, RECOMMENDATION_LOOKBACK_DAYS, now)
+    recs = team_recommendations(team, RECOMMENDATION_LOOKBACK_DAYS, now,
+                                usage=tu)["recommendations"]
     return [r for r in recs if r["monthly_usd_saved"] > 0][:limit]
 
 

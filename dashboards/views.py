@@ -37,10 +37,11 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
     # them separately).
     hosts = list(team.hosts.filter(removed_at__isnull=True).prefetch_related("gpus"))
+    usage = headline.Usage()  # each cost window collected once for the whole page
     ctx = {
         "team": team,
-        "head": headline.headline(team, key, now),
-        "recommendations": headline.top_recommendations(team, now),
+        "head": headline.headline(team, key, now, usage),
+        "recommendations": headline.top_recommendations(team, now, usage=usage),
         "firing": headline.firing_alerts(team),
         "usage": fleet_series,
         "figures": {

@@ -469,16 +469,26 @@ def team_costs(tu: TeamUsage, idle_threshold_pct: float = IDLE_UTIL_PCT) -> dict
                   "option in force in each hour; commitments and owned hardware billed for "
                   "every hour of the window the host existed; on premises plus electricity "
                   "(GPU + CPU/RAM energy x PUE x $/kWh); the KPI pages use the same model",
-        # No total when a host has no price: a partial sum shown as the total would be wrong.
-        "total_cost_usd": sum(r.cost_usd for r in priced) if not problems else None,
-        "priced_cost_usd": sum(r.cost_usd for r in priced),
-        "idle_cost_usd": sum(r.idle_cost_usd or 0.0 for r in priced),
-        "idle_threshold_pct": idle_threshold_pct,
+        **cost_totals(tu, idle_threshold_pct),
         "stale_prices": any(r.price.stale for r in priced),
         "problems": problems,
         "hosts": [host_row_dict(r) for r in tu.rows],
         "workloads": workloads,
         "training_jobs": jobs,
+    }
+
+
+def cost_totals(tu: TeamUsage, idle_threshold_pct: float = IDLE_UTIL_PCT) -> dict:
+    """The team's totals of `team_costs` alone (the team home's cards), without its per-workload
+    costs and training jobs."""
+    priced = [r for r in tu.rows if r.cost_usd is not None]
+    problems = any(r.problem is not None for r in tu.rows)
+    return {
+        # No total when a host has no price: a partial sum shown as the total would be wrong.
+        "total_cost_usd": sum(r.cost_usd for r in priced) if not problems else None,
+        "priced_cost_usd": sum(r.cost_usd for r in priced),
+        "idle_cost_usd": sum(r.idle_cost_usd or 0.0 for r in priced),
+        "idle_threshold_pct": idle_threshold_pct,
     }
 
 
