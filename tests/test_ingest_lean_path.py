@@ -90,11 +90,15 @@ def test_resend_and_another_hosts_batch_id(host, other_team, client):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_batch_is_durable_before_its_202(team, client, settings):
+def test_a_batch_is_durable_before_its_202(team, client, settings, monkeypatch):
     """Another connection sees the batch row as soon as the 202 is back: it was committed, not
     left in a transaction that a crash of the web process would roll back."""
     settings.CELERY_TASK_ALWAYS_EAGER = False  # leave it pending: only acceptance is tested
-    settings.REDIS_URL = ""  # and queue nothing
+    settings.REDIS_URL = ""
+    # Queue nothing. Not left to Celery's own eager flag: the app reads it from the settings once,
+    # so in a whole-suite run an earlier test decides it, and an eager store made this row "done".
+    queued = []
+    monkeypatch.setattr(ingest, "_enqueue", lambda task, batch_id: queued.append(batch_id))
     h, token = make_host(team, name="durable", gpus=2)
     doc = make_batch()
     r = post(client, token, doc)
@@ -104,4 +108,5 @@ def test_a_batch_is_durable_before_its_202(team, client, settings):
         row = other.execute("SELECT host_id, n_samples, status FROM telemetry_ingestbatch "
                             "WHERE id = %s", (doc["batch_id"],)).fetchone()
     assert row == (h.id, 10, "pending")
+    assert queued == [doc["batch_id"]]
     assert GpuSample.objects.count() == 0
