@@ -28,6 +28,12 @@ def _csv_upload() -> dict:
     return {"file": SimpleUploadedFile("emissions.csv", V2_CSV.encode(), content_type="text/csv")}
 
 
+def _first_gpu_id() -> int:
+    from greenops.telemetry.models import Gpu
+
+    return Gpu.objects.order_by("id").values_list("id", flat=True).first()
+
+
 # (id, method, path, minimum role, status when allowed, body)
 PAGES = [
     ("dashboard", "get", "/teams/{slug}/", "viewer", 200, None),
@@ -39,6 +45,9 @@ PAGES = [
     ("workload-edit-form", "get", "/teams/{slug}/workloads/{workload}/edit/", "admin", 200, None),
     ("workload-edit", "post", "/teams/{slug}/workloads/{workload}/edit/", "admin", 302,
      {"name": "Ranker", "slug": "ranker", "kind": "batch"}),
+    ("workload-gpus", "get", "/teams/{slug}/workloads/{workload}/gpus/", "viewer", 200, None),
+    ("workload-gpu-add", "post", "/teams/{slug}/workloads/{workload}/gpus/add/", "admin", 302,
+     lambda: {"gpu": _first_gpu_id()}),
     ("api-tokens", "get", "/teams/{slug}/api-tokens/", "admin", 200, None),
     ("api-token-create", "post", "/teams/{slug}/api-tokens/", "admin", 200, {"name": "ci"}),
     ("api-token-revoke", "post", "/teams/{slug}/api-tokens/{token}/revoke/", "admin", 302, {}),

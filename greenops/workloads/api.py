@@ -25,7 +25,8 @@ from greenops.workloads.models import Workload
 router = Router(tags=["workloads"])
 
 WORKLOAD_KEYS = {"name", "slug", "kind", "description", "hosts", "gpus", "interruptible",
-                 "checkpoint_interval_min", "latency_critical"}
+                 "checkpoint_interval_min", "latency_critical", "match_process", "match_namespace",
+                 "match_pod_prefix"}
 
 
 def workload_out(w: Workload) -> dict:
@@ -36,6 +37,8 @@ def workload_out(w: Workload) -> dict:
                  for g in w.gpus.select_related("host")],
         "interruptible": w.interruptible, "checkpoint_interval_min": w.checkpoint_interval_min,
         "latency_critical": w.latency_critical,
+        "match_process": w.match_process, "match_namespace": w.match_namespace,
+        "match_pod_prefix": w.match_pod_prefix,
     }
 
 

@@ -5,6 +5,8 @@ Who may edit is the team permission matrix's "workloads.manage" (greenops/teams/
 
 from __future__ import annotations
 
+import re
+
 from django import forms
 
 from greenops.teams.models import Team
@@ -25,7 +27,10 @@ class WorkloadForm(forms.ModelForm):
     class Meta:
         model = Workload
         fields = ["name", "slug", "kind", "description", "hosts", "gpus", "interruptible",
-                  "checkpoint_interval_min", "latency_critical"]
+                  "checkpoint_interval_min", "latency_critical", "match_process", "match_namespace",
+                  "match_pod_prefix"]
+        labels = {"match_process": "Match process name", "match_namespace":
+                  "Match Kubernetes namespace", "match_pod_prefix": "Match pod name prefix"}
         widgets = {"hosts": forms.CheckboxSelectMultiple}
 
     def __init__(self, *args, team: Team, **kwargs) -> None:
@@ -47,6 +52,35 @@ class WorkloadForm(forms.ModelForm):
         if clash.exists():
             raise forms.ValidationError("Another workload of this team uses this slug")
         return slug
+
+
+    def clean_match_process(self) -> str:
+        v = self.cleaned_data.get("match_process", "").strip()
+        if v and (any(c.isspace() or not c.isprintable() for c in v)):
+            raise forms.ValidationError("A process name has no spaces or control characters")
+        if v and not v.strip("*?"):
+            raise forms.ValidationError("This pattern matches every process; name the program, "
+                                        "e.g. tritonserver or python3*")
+        return v
+
+    def clean_match_namespace(self) -> str:
+        v = self.cleaned_data.get("match_namespace", "").strip()
+        if v and not _DNS_LABEL.fullmatch(v):
+            raise forms.ValidationError("A Kubernetes namespace is lower-case letters, digits and "
+                                        "'-', starting and ending with a letter or digit")
+        return v
+
+    def clean_match_pod_prefix(self) -> str:
+        v = self.cleaned_data.get("match_pod_prefix", "").strip()
+        if v and not _POD_PREFIX.fullmatch(v):
+            raise forms.ValidationError("A pod name is lower-case letters, digits, '-' and '.'")
+        if v and not (self.data.get(self.add_prefix("match_namespace")) or "").strip():
+            raise forms.ValidationError("Give the namespace the pods run in as well")
+        return v
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_POD_PREFIX = re.compile(r"[a-z0-9][-a-z0-9.]*")
 
 
 def first_error(form: forms.Form) -> tuple[str, str]:

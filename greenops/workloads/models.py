@@ -36,6 +36,18 @@ class Workload(models.Model):
     latency_critical = models.BooleanField(
         default=False, help_text="Serves user-facing requests with a latency objective"
     )
+    # Matching rules: which GPU processes (greenops.telemetry.models.GpuProcess, the hosts'
+    # latest snapshots) are this workload's. Only shown beside the configured GPUs; the
+    # accounting keeps using hosts/gpus until someone adds a seen GPU explicitly.
+    match_process = models.CharField(
+        max_length=128, blank=True,
+        help_text="Process name pattern as NVML lists it, e.g. tritonserver or python3* "
+                  "(* and ? wildcards)")
+    match_namespace = models.CharField(
+        max_length=63, blank=True, help_text="Kubernetes namespace of its pods (dcgm-exporter)")
+    match_pod_prefix = models.CharField(
+        max_length=253, blank=True,
+        help_text="Pod name prefix in that namespace, e.g. vllm-llama-7b- (blank: every pod)")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -57,6 +69,23 @@ class Workload(models.Model):
         mine = set(self.gpu_queryset().values_list("id", flat=True))
         return [w for w in Workload.objects.filter(team_id=self.team_id).exclude(id=self.id)
                 if mine & set(w.gpu_queryset().values_list("id", flat=True))]
+
+    @property
+    def has_match_rule(self) -> bool:
+        return bool(self.match_process or self.match_namespace)
+
+    def matches(self, name: str, namespace: str, pod: str) -> bool:
+        """Whether one GPU process (NVML name, or dcgm-exporter's namespace/pod) is this
+        workload's: the name against the pattern (the whole name or its last path part), or the
+        pod in the namespace starting with the prefix."""
+        from fnmatch import fnmatchcase
+
+        if self.match_process and name and (
+                fnmatchcase(name, self.match_process)
+                or fnmatchcase(name.rsplit("/", 1)[-1], self.match_process)):
+            return True
+        return bool(self.match_namespace and pod and namespace == self.match_namespace
+                    and pod.startswith(self.match_pod_prefix))
 
     def gpu_queryset(self):
         """Every GPU this workload runs on: the linked GPUs plus all GPUs of linked hosts."""

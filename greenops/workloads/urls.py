@@ -8,6 +8,9 @@ urlpatterns = [
     path("workloads/", views.workload_list, name="workload-list"),
     path("workloads/new/", views.workload_create, name="workload-create"),
     path("workloads/<slug:workload_slug>/edit/", views.workload_edit, name="workload-edit"),
+    path("workloads/<slug:workload_slug>/gpus/", views.workload_gpus, name="workload-gpus"),
+    path("workloads/<slug:workload_slug>/gpus/add/", views.workload_gpu_add,
+         name="workload-gpu-add"),
     path("api-tokens/", views.api_tokens, name="api-tokens"),
     path("api-tokens/<int:token_id>/revoke/", views.api_token_revoke, name="api-token-revoke"),
 ]

@@ -6,15 +6,17 @@ team reads workloads; admins and owners register and change them and manage API 
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from greenops.teams import audit
 from greenops.teams.models import ApiToken, AuditEvent, Team
 from greenops.teams.permissions import team_permission
+from greenops.telemetry.models import Gpu
 from greenops.workloads.forms import WorkloadForm
 from greenops.workloads.models import Workload
+from greenops.workloads.seen import seen_gpus
 
 
 @team_permission("team.view")
@@ -33,7 +35,9 @@ def _edit(request: HttpRequest, team: Team, workload_slug: str | None) -> HttpRe
     if request.method == "POST" and form.is_valid():
         saved = form.save()
         audit.record(team, request.user, AuditEvent.Action.WORKLOAD_CHANGED if workload
-                     else AuditEvent.Action.WORKLOAD_CREATED, saved.slug, name=saved.name)
+                     else AuditEvent.Action.WORKLOAD_CREATED, saved.slug, name=saved.name,
+                     match_process=saved.match_process, match_namespace=saved.match_namespace,
+                     match_pod_prefix=saved.match_pod_prefix)
         return redirect("workload-list", slug=team.slug)
     status = 400 if request.method == "POST" else 200
     return render(request, "workloads/edit.html",
@@ -48,6 +52,37 @@ def workload_create(request: HttpRequest, team: Team) -> HttpResponse:
 @team_permission("workloads.manage")
 def workload_edit(request: HttpRequest, team: Team, workload_slug: str) -> HttpResponse:
     return _edit(request, team, workload_slug)
+
+
+@team_permission("team.view")
+def workload_gpus(request: HttpRequest, team: Team, workload_slug: str) -> HttpResponse:
+    """The GPUs configured for the workload beside the GPUs its matching rules see it on in the
+    team's hosts' latest process snapshots (greenops.workloads.seen)."""
+    workload = get_object_or_404(Workload, team=team, slug=workload_slug)
+    return render(request, "workloads/gpus.html", {
+        "team": team, "workload": workload, "seen": seen_gpus(workload),
+        "can_edit": "workloads.manage" in request.team_actions,
+    })
+
+
+@require_POST
+@team_permission("workloads.manage")
+def workload_gpu_add(request: HttpRequest, team: Team, workload_slug: str) -> HttpResponse:
+    """Add one GPU of the team to the workload's configured GPUs: an explicit, audited edit
+    (from here on its cost and energy count for the workload; the past stays as configured)."""
+    workload = get_object_or_404(Workload, team=team, slug=workload_slug)
+    raw = request.POST.get("gpu", "")
+    gpu = Gpu.objects.filter(host__team=team, id=int(raw)).select_related("host").first() \
+        if raw.isdigit() and len(raw) < 10 else None
+    if gpu is None:
+        return HttpResponseBadRequest("gpu: no GPU of this team with that id",
+                                      content_type="text/plain")
+    if not workload.gpu_queryset().filter(id=gpu.id).exists():  # a second click adds nothing
+        workload.gpus.add(gpu)
+        audit.record(team, request.user, AuditEvent.Action.WORKLOAD_CHANGED, workload.slug,
+                     name=workload.name, gpu_added=gpu.uuid or f"{gpu.host.name}/{gpu.index}",
+                     host=gpu.host.name, gpu_index=gpu.index, reason="seen running it")
+    return redirect("workload-gpus", slug=team.slug, workload_slug=workload.slug)
 
 
 @team_permission("tokens.manage")
