@@ -319,3 +319,22 @@ def test_jobs_overlapping_a_late_hour_are_accounted_again(scenario):
         job.refresh_from_db()
         assert job.gpu_energy_j == pytest.approx(1_800_000)
         assert job.co2e_kg == pytest.approx(JOB_CO2E_KG) and job.cost_usd == pytest.approx(JOB_USD)
+
+
+def test_an_hour_row_is_kept_when_any_one_figure_is_there():
+    # _empty_2..7 (an `or` of the kept figures turned into `and`): each figure alone keeps the
+    # hour's row; an unknown cost alone too (a host without a price that did not run).
+    from greenops.kpis.metrics import Totals
+
+    assert rollup._empty(Totals())
+    for one in (dict(requests=1), dict(gpu_minutes=1), dict(gpu_energy_j=1.0),
+                dict(cpu_ram_energy_j=1.0), dict(latency_buckets={"10": 1}), dict(latency_n=1),
+                dict(cost_usd=None), dict(cost_usd=0.01)):
+        assert not rollup._empty(Totals(**one)), one
+
+
+def test_rebuild_counts_the_hours_it_did(scenario):
+    # rebuild_5, 6, 17..19: [H, H + 1 h) is one hour; [H, H + 3 h) three, and no row past them.
+    team = scenario["workload"].team
+    assert rollup.rebuild(team, H, H + HOUR, stand_in_factors()) == 1
+    assert rollup.rebuild(team, H, H + 3 * HOUR, stand_in_factors()) == 3
