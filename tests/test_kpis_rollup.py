@@ -338,3 +338,16 @@ def test_rebuild_counts_the_hours_it_did(scenario):
     team = scenario["workload"].team
     assert rollup.rebuild(team, H, H + HOUR, stand_in_factors()) == 1
     assert rollup.rebuild(team, H, H + 3 * HOUR, stand_in_factors()) == 3
+
+
+def test_the_team_rows_inference_figures_are_its_serving_gpus(scenario):
+    # rollup_hour_62, 68 (no serving GPUs measured), 71, 75 (without the factors), 77 (cost
+    # None): the team row's per-inference figures are workload W's GPUs (A0 and host B's B0)
+    # measured once: 2,520,000 J GPU + 396,000 J CPU/RAM share = 2,916,000 J, 363.5 g, $6.
+    w = scenario["workload"]
+    add_windows(w, H)
+    rollup.rebuild(w.team, H, H + HOUR, stand_in_factors())
+    team_row = KpiRollup.objects.get(workload__isnull=True, period=Period.HOUR, bucket=H)
+    assert team_row.inference_energy_j == pytest.approx(2_916_000)
+    assert team_row.inference_co2e_g == pytest.approx(363.5)
+    assert team_row.inference_cost_usd == pytest.approx(6.0)
