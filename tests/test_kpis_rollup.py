@@ -351,3 +351,30 @@ def test_the_team_rows_inference_figures_are_its_serving_gpus(scenario):
     assert team_row.inference_energy_j == pytest.approx(2_916_000)
     assert team_row.inference_co2e_g == pytest.approx(363.5)
     assert team_row.inference_cost_usd == pytest.approx(6.0)
+
+
+def test_a_day_row_merges_only_its_own_teams_hours_of_that_day(scenario):
+    # rollup_day_6 (any team's hours), _8, _9 (hours of the day before / after), _15..17 (the
+    # day row of a workload without hour rows left behind). Requests: W has 3635 in hour H,
+    # 1000 at 23:00 the day before, 2000 at 00:00 the day after; another team 7 in hour H.
+    from greenops.teams.models import Team
+    from greenops.workloads.models import Workload
+
+    w, day = scenario["workload"], H.replace(hour=0)
+    add_windows(w, H)
+    add_windows(w, day - HOUR, requests=(1000,))
+    add_windows(w, day + 24 * HOUR, requests=(2000,))
+    other = Team.objects.create(name="Other")
+    add_windows(Workload.objects.create(team=other, name="Else", kind="inference"), H,
+                requests=(7,))
+    rollup.rebuild(other, H, H + HOUR, stand_in_factors())
+    for start in (day - HOUR, H, day + 24 * HOUR):
+        rollup.rebuild(w.team, start, start + HOUR, stand_in_factors())
+    rows = KpiRollup.objects.filter(team=w.team, period=Period.DAY, bucket=day)
+    assert rows.get(workload=w).requests == 3635
+    assert rows.get(workload__isnull=True).requests == 3635
+    # W's hour rows are gone (say, the workload was emptied): its day row goes with them.
+    KpiRollup.objects.filter(workload=w, period=Period.HOUR).delete()
+    rollup.rollup_day(w.team, day)
+    assert not rows.filter(workload=w).exists()
+    assert rows.get(workload__isnull=True).requests == 3635
