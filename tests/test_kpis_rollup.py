@@ -354,9 +354,10 @@ def test_the_team_rows_inference_figures_are_its_serving_gpus(scenario):
 
 
 def test_a_day_row_merges_only_its_own_teams_hours_of_that_day(scenario):
-    # rollup_day_6 (any team's hours), _8, _9 (hours of the day before / after), _15..17 (the
-    # day row of a workload without hour rows left behind). Requests: W has 3635 in hour H,
-    # 1000 at 23:00 the day before, 2000 at 00:00 the day after; another team 7 in hour H.
+    # rollup_day_6 (any team's hours), _8, _9 (hours of the day before / after), _15..28 (stale
+    # day rows: left behind, or other days' / other teams' deleted, or replaced instead of
+    # updated). Requests: W has 3635 in hour H, 1000 at 23:00 the day before, 2000 at 00:00 the
+    # day after; another team 7 in hour H.
     from greenops.teams.models import Team
     from greenops.workloads.models import Workload
 
@@ -373,8 +374,18 @@ def test_a_day_row_merges_only_its_own_teams_hours_of_that_day(scenario):
     rows = KpiRollup.objects.filter(team=w.team, period=Period.DAY, bucket=day)
     assert rows.get(workload=w).requests == 3635
     assert rows.get(workload__isnull=True).requests == 3635
-    # W's hour rows are gone (say, the workload was emptied): its day row goes with them.
-    KpiRollup.objects.filter(workload=w, period=Period.HOUR).delete()
+    # Rebuilding the day updates its rows in place (_22 deleted and re-inserted W's).
+    ids = sorted(rows.values_list("id", flat=True))
     rollup.rollup_day(w.team, day)
-    assert not rows.filter(workload=w).exists()
-    assert rows.get(workload__isnull=True).requests == 3635
+    assert sorted(rows.values_list("id", flat=True)) == ids
+    # The day's hour rows are gone (say, the hosts and workloads were emptied): its day rows go
+    # with them; the days around it and the other team's day stay.
+    KpiRollup.objects.filter(team=w.team, period=Period.HOUR, bucket__gte=day,
+                             bucket__lt=day + 24 * HOUR).delete()
+    rollup.rollup_day(w.team, day)
+    assert not rows.exists()
+    assert KpiRollup.objects.get(workload=w, period=Period.DAY, bucket=day - 24 * HOUR) \
+        .requests == 1000
+    assert KpiRollup.objects.get(workload=w, period=Period.DAY, bucket=day + 24 * HOUR) \
+        .requests == 2000
+    assert KpiRollup.objects.filter(team=other, period=Period.DAY, bucket=day).count() == 2
