@@ -250,3 +250,54 @@ def test_commitment_curve_figure_plots_share_and_break_even_lines():
     bars, *lines = fig["data"]
     assert bars["y"] == [100.0, 100.0, 40.0, 10.0]
     assert [ln["y"][0] for ln in lines] == [58.65, 35.3]  # 19.22/32.7726, 11.57/32.7726
+
+
+# Killed mutants of `make mutate MODULES=recommend` (issue 16, tests/mutation/SURVIVORS.md).
+
+
+def test_stop_idle_in_full():
+    # stop_idle_9..59: every field, and the commitment sentence. An on-demand host of 8 GPUs
+    # drawing 0.56 kW idle, $12/h, running 300 h a month, PUE 1.5, 400 g/kWh:
+    # -0.56 kW x 300 h x 1.5 = -252 kWh; x 400 g/kWh = -100.8 kg; $12 x 300 h = $3,600.
+    reasoning = ("All 8 GPU(s) of gpu-7 stayed under the idle threshold for the last 24 hours "
+                 "while drawing 560 W; it runs about 300 h a month.")
+    for option in ("on_demand", "spot"):
+        r = rec.stop_idle("gpu-7", option, 12.0, 8, 24, 0.56, 1.5, 400.0, 300.0)
+        assert (r.kind, r.subject, r.title, r.risk, r.reasoning) == (
+            "stop_idle", "gpu-7", "Stop gpu-7: its GPUs have been idle for 24 hours", "low",
+            reasoning)
+        assert (r.monthly_usd_saved, r.pct_saved) == (3600.0, 100.0)
+        assert r.kwh_per_month == pytest.approx(-252.0)
+        assert r.co2e_kg_per_month == pytest.approx(-100.8)
+    # A commitment is paid whether the host runs or not: energy and CO2e, no dollars.
+    r = rec.stop_idle("gpu-7", "reserved_1y", 12.0, 8, 24, 0.56, 1.5, 400.0, 300.0)
+    assert (r.monthly_usd_saved, r.pct_saved) == (0.0, 0.0)
+    assert r.kwh_per_month == pytest.approx(-252.0)
+    assert r.reasoning == reasoning + (" It is on a commitment, so stopping saves energy and CO2e "
+                                       "but not dollars; move other work onto it instead.")
+    # No known price: nothing claimed in dollars (not $1/h x 300 h).
+    r = rec.stop_idle("gpu-7", "on_demand", None, 8, 24, 0.56, 1.5, None, 300.0)
+    assert (r.monthly_usd_saved, r.pct_saved, r.co2e_kg_per_month) == (0.0, 0.0, None)
+
+
+L4_X4 = rec.InstanceOffer("g6.12xlarge", "NVIDIA L4", 4, 24.0, 4.6016)
+L4_X1 = rec.InstanceOffer("g6.xlarge", "NVIDIA L4", 1, 24.0, 0.8048)
+
+
+def test_rightsize_edges():
+    # rightsize_16: a peak of 20 GiB needs 20 x 1.2 = 24 GiB, which an L4's 24 GiB holds.
+    r = rec.rightsize("h", L4_X4, 1, 20.0, [L4_X1], 730.0, 0.03, 1.2, 400.0)
+    assert r.detail == {"to": "g6.xlarge"}
+    # (4.6016 - 0.8048) $/h x 730 h = $2,771.66; 3 GPUs fewer: -0.03 kW x 730 h x 1.2 kWh.
+    assert r.monthly_usd_saved == pytest.approx(2771.664)
+    assert r.kwh_per_month == pytest.approx(-26.28)
+    # rightsize_17: an instance at the same price saves nothing: no recommendation.
+    same = rec.InstanceOffer("g6.12xlarge-b", "NVIDIA L4", 4, 24.0, 4.6016)
+    assert rec.rightsize("h", L4_X4, 1, 20.0, [same], 730.0, 0.03, 1.2, 400.0) is None
+    # rightsize_34, 35: as many GPUs on the new instance (A100 80GB -> 40GB, 8 each, a 30 GiB
+    # peak needs 36 GiB): no GPU removed, so no energy change.
+    p4de = rec.InstanceOffer("p4de.24xlarge", "NVIDIA A100 80GB", 8, 80.0, 40.9657)
+    p4d = rec.InstanceOffer("p4d.24xlarge", "NVIDIA A100 40GB", 8, 40.0, OD)
+    r = rec.rightsize("h", p4de, 8, 30.0, [p4d], 730.0, 0.5, 1.2, 400.0)
+    assert r.detail == {"to": "p4d.24xlarge"}
+    assert (r.kwh_per_month, r.co2e_kg_per_month) == (0.0, 0.0)
