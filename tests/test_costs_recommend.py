@@ -301,3 +301,84 @@ def test_rightsize_edges():
     r = rec.rightsize("h", p4de, 8, 30.0, [p4d], 730.0, 0.5, 1.2, 400.0)
     assert r.detail == {"to": "p4d.24xlarge"}
     assert (r.kwh_per_month, r.co2e_kg_per_month) == (0.0, 0.0)
+
+
+TRAINS = rec.WorkloadTraits("trainer", "training", True, 30, False)
+
+
+def test_spot_fit_in_full():
+    # spot_fit's surviving mutants: texts, risk, detail and the sums, on each branch.
+    # Band 5-10% = 0.10 interruptions a month / 730 h, each losing half a 30-minute interval +
+    # 10 min restart = 25 min: 0.10 / 730 x 25 / 60 = 5.7078e-5 (0.006 %) extra run time.
+    # $0.40 x (1 + 5.7078e-5) = $0.400023/h; ($1.006 - that) x 730 h = $442.363 a month of
+    # $734.38 on-demand = 60.236 %; energy 100 kWh x 5.7078e-5 = 0.0057 kWh x 0.4 kg/kWh.
+    overhead = 0.10 / 730 * 25 / 60
+    r = rec.spot_fit(TRAINS, 1.006, 0.40, "5-10%", 730.0, 100.0, 400.0)
+    assert (r.kind, r.subject, r.title, r.risk) == ("spot", "trainer", "Run trainer on spot", "low")
+    assert r.monthly_usd_saved == pytest.approx(442.36333333)
+    assert r.pct_saved == pytest.approx(60.2362991)
+    assert r.kwh_per_month == pytest.approx(100 * overhead)
+    assert r.co2e_kg_per_month == pytest.approx(100 * overhead * 0.4)
+    assert r.reasoning == (
+        "trainer can be interrupted. Spot at $0.4000/h against $1.0060/h on-demand; with "
+        "interruption band 5-10% each interruption loses half a 30-minute checkpoint interval "
+        "plus 10 minutes to restart, 0.006% extra run time, which also costs that much more "
+        "energy.")
+    assert r.detail == {"overhead_share": pytest.approx(overhead),
+                        "effective_usd_per_hour": pytest.approx(0.4 * (1 + overhead)),
+                        "band": "5-10%", "band_assumed": False,
+                        "net_monthly_usd": pytest.approx(442.36333333)}
+    # No band known: the worst (>20%, 0.30 a month) is assumed and said; risk high. A batch job
+    # without checkpoints loses the items in flight plus the restart: 0.30 / 730 x 10 / 60.
+    batch = rec.WorkloadTraits("nightly", "batch", True, None, False)
+    r = rec.spot_fit(batch, 1.006, 0.40, "", 730.0, 100.0, None)
+    assert (r.kind, r.risk, r.co2e_kg_per_month) == ("spot", "high", None)
+    assert r.detail["band"] == ">20%" and r.detail["band_assumed"] is True
+    assert r.detail["overhead_share"] == pytest.approx(0.30 / 730 * 10 / 60)
+    assert r.reasoning == (
+        "nightly can be interrupted. Spot at $0.4000/h against $1.0060/h on-demand; with "
+        "interruption band >20%" + rec.ASSUMED_BAND + " each interruption loses the batch items "
+        "in flight plus 10 minutes to restart, 0.007% extra run time, which also costs that "
+        "much more energy.")
+    # Spot dearer than on-demand: $12 x (1 + 0.05 / 730 x 25 / 60) = $12.000342/h against $10:
+    # ($10 - $12.000342) x 730 h = -$1,460.25 a month.
+    r = rec.spot_fit(TRAINS, 10.0, 12.0, "<5%", 730.0, 100.0, 400.0)
+    assert (r.kind, r.title, r.monthly_usd_saved, r.pct_saved, r.risk, r.kwh_per_month,
+            r.co2e_kg_per_month) == ("stay_on_demand", "Spot does not pay for trainer", 0.0, 0.0,
+                                     "low", 0.0, 0.0)
+    assert r.reasoning == (
+        "trainer could run on spot, but spot at $12.0000/h plus 0.003% redone work (interruption "
+        "band <5%) comes to $12.0003/h against $10.0000/h on-demand: it would cost $1460.25 more "
+        "a month. Stay on on-demand.")
+    assert r.detail["net_monthly_usd"] == pytest.approx(-1460.25)
+    r = rec.spot_fit(TRAINS, 10.0, 12.0, "", 730.0, 100.0, 400.0)
+    assert "(interruption band >20%, assumed) comes to" in r.reasoning
+
+
+def test_spot_fit_refusals_in_full():
+    serving = rec.WorkloadTraits("api", "inference", True, None, True)
+    r = rec.spot_fit(serving, 1.006, 0.40, "<5%", 730.0, 100.0, 400.0)
+    assert (r.kind, r.subject, r.title, r.monthly_usd_saved, r.pct_saved, r.risk,
+            r.kwh_per_month, r.co2e_kg_per_month) == (
+        "stay_on_demand", "api", "Keep api on on-demand (or committed) capacity", 0.0, 0.0,
+        "low", 0.0, 0.0)
+    assert r.reasoning == (
+        "api serves latency-critical requests: a spot interruption gives only two minutes' "
+        "notice and would drop requests. Its savings belong in a commitment, not in spot.")
+    r = rec.spot_fit(rec.WorkloadTraits("t", "training", True, None, False), 1.006, 0.4, "<5%",
+                     730.0, 100.0, 400.0)
+    assert (r.kind, r.subject, r.title, r.monthly_usd_saved, r.pct_saved, r.risk,
+            r.kwh_per_month, r.co2e_kg_per_month) == (
+        "stay_on_demand", "t", "Add checkpoints before moving t to spot", 0.0, 0.0, "low", 0.0,
+        0.0)
+    assert r.reasoning == (
+        "t is marked interruptible but has no checkpoint interval: an interruption would lose "
+        "the whole run. Checkpoint it, then it can move to spot.")
+    r = rec.spot_fit(TRAINS, 1.006, None, "", 730.0, 100.0, None)
+    assert (r.kind, r.subject, r.title, r.monthly_usd_saved, r.pct_saved, r.risk,
+            r.kwh_per_month, r.co2e_kg_per_month, r.detail) == (
+        "spot", "trainer", "trainer fits spot, but there is no spot price to size it", 0.0,
+        0.0, "medium", 0.0, 0.0, {"missing": "spot_price"})
+    assert r.reasoning == (
+        "No spot price is in the catalog for this instance type and region (spot prices come "
+        "only from a refresh with AWS credentials), so no saving is claimed.")
