@@ -382,3 +382,51 @@ def test_spot_fit_refusals_in_full():
     assert r.reasoning == (
         "No spot price is in the catalog for this instance type and region (spot prices come "
         "only from a refresh with AWS credentials), so no saving is claimed.")
+
+
+def test_consolidate_in_full():
+    # consolidate's surviving mutants: the ranking, the sums, texts and detail. Three on-demand
+    # hosts: gpu-1 8 GPUs (6 idle, 0.36 kW) $30/h x 730 h = $21,900; gpu-2 8 GPUs (7 idle,
+    # 0.42 kW) $30/h x 365 h = $10,950; gpu-3 4 GPUs (all idle, 0.24 kW) $15/h x 730 h = $10,950.
+    # Busy: 2 + 1 + 0 = 3 GPUs, which fit on the first host kept: the largest, and of the two
+    # 8-GPU hosts the dearer to run, gpu-1. Freed: gpu-2 and gpu-3, $21,900 of $43,800 = 50 %.
+    # Idle draw per GPU: 1.02 kW / 17 = 0.06 kW; switched off: (8 x 365 + 4 x 730) GPU-hours x
+    # 0.06 kW x PUE 1.2 = 420.48 kWh, x 0.4 kg/kWh = 168.192 kg.
+    hosts = [rec.HostLoad("gpu-3", 4, 4, 0.24, 15.0, 730.0),
+             rec.HostLoad("gpu-2", 8, 7, 0.42, 30.0, 365.0),
+             rec.HostLoad("gpu-1", 8, 6, 0.36, 30.0, 730.0)]
+    r = rec.consolidate("p4d in us-east-1", "on_demand", hosts, 1.2, 400.0)
+    assert (r.kind, r.subject, r.risk) == ("consolidate", "p4d in us-east-1", "medium")
+    assert r.title == "Consolidate workloads onto fewer hosts: free 2 of 3 (p4d in us-east-1)"
+    assert r.monthly_usd_saved == pytest.approx(21900.0)
+    assert r.pct_saved == pytest.approx(50.0)
+    assert r.kwh_per_month == pytest.approx(-420.48)
+    assert r.co2e_kg_per_month == pytest.approx(-168.192)
+    why = ("3 GPU(s) are busy across gpu-3, gpu-2, gpu-1 (17 idle for days); they fit on 1 "
+           "host(s), so gpu-2, gpu-3 can be stopped once its work moves.")
+    assert r.reasoning == why
+    assert r.detail == {"hosts": ["gpu-3", "gpu-2", "gpu-1"], "freed": ["gpu-2", "gpu-3"],
+                        "busy_gpus": 3, "idle_gpus": 17}
+    # On a commitment: the same hosts freed, energy saved, no dollars.
+    r = rec.consolidate("p4d in us-east-1", "reserved", hosts, 1.2, None)
+    assert (r.monthly_usd_saved, r.pct_saved, r.co2e_kg_per_month) == (0.0, 0.0, None)
+    assert r.kwh_per_month == pytest.approx(-420.48)
+    assert r.reasoning == why + (" These hosts are on a commitment, so stopping one saves energy "
+                                 "and CO2e but not dollars until the commitment ends.")
+    # Spot bills by the hour too.
+    assert rec.consolidate("x", "spot", hosts, 1.2, None).monthly_usd_saved == \
+        pytest.approx(21900.0)
+    # Nothing can be freed (7 of 8 GPUs busy): the idle GPU's draw, 0.06 kW x 730 h x PUE 1.1 =
+    # 48.18 kWh, and no dollars.
+    r = rec.consolidate("gpu-1", "on_demand", [rec.HostLoad("gpu-1", 8, 1, 0.06, 30.0, 730.0)],
+                        1.1, 400.0)
+    assert (r.title, r.monthly_usd_saved, r.pct_saved) == (
+        "Consolidate workloads onto fewer hosts (gpu-1)", 0.0, 0.0)
+    assert r.kwh_per_month == pytest.approx(-48.18)
+    assert r.co2e_kg_per_month == pytest.approx(-19.272)
+    assert r.reasoning == (
+        "1 GPU(s) on gpu-1 stayed idle for days, but the busy GPUs need every host and no "
+        "smaller instance of this GPU family in the catalog fits the work, so no dollars are "
+        "claimed: the instance is billed whole. The energy figure is the idle GPUs' measured "
+        "draw, put to use by moving work from other hosts onto them.")
+    assert r.detail == {"hosts": ["gpu-1"], "freed": [], "busy_gpus": 7, "idle_gpus": 1}
