@@ -430,3 +430,77 @@ def test_consolidate_in_full():
         "claimed: the instance is billed whole. The energy figure is the idle GPUs' measured "
         "draw, put to use by moving work from other hosts onto them.")
     assert r.detail == {"hosts": ["gpu-1"], "freed": [], "busy_gpus": 7, "idle_gpus": 1}
+
+
+def test_commitment_in_full():
+    # commitment's surviving mutants. 8 hours: 2, 2, 1, 1, 1, 0, 0, 0 instances at $10/h on-demand
+    # = 7 instance-hours = $70; a month is 730 / 8 = 91.25 times this.
+    # 1y at $6 breaks even at 0.6: 1 instance ran in 5/8 = 0.625 of the hours (2 in 0.25): level
+    #   1, cost 8 x $6 + 2 extra hours x $10 = $68, saves $2 ($182.50 a month).
+    # 3y at $4 breaks even at 0.4: level 1, 8 x $4 + $20 = $52, saves $18 ($1,642.50 a month,
+    #   18 / 70 = 25.71 %). The 3y wins; its risk is high.
+    counts = [2, 2, 1, 1, 1, 0, 0, 0]
+    one, three = rec.CommitOption("RI 1y", 6.0, 1), rec.CommitOption("RI 3y", 4.0, 3)
+    r = rec.commitment("g6", counts, 10.0, [one, three])
+    assert (r.kind, r.subject, r.title, r.risk, r.kwh_per_month, r.co2e_kg_per_month) == (
+        "commit", "g6", "Commit to 1 x g6 (RI 3y)", "high", 0.0, 0.0)
+    assert r.monthly_usd_saved == pytest.approx(1642.5)
+    assert r.pct_saved == pytest.approx(18 / 70 * 100)
+    assert r.reasoning == (
+        "1 instance(s) ran in 62% of the hours; RI 3y at $4.0000/h breaks even at 40% use "
+        "against $10.0000/h on-demand. The same hardware runs either way, so energy and CO2e do "
+        "not change. Risk: you pay for 3 year(s) even if the work stops.")
+    alternatives = [
+        {"option": "RI 1y", "break_even_utilisation": 0.6, "level": 1,
+         "monthly_usd_saved": pytest.approx(182.5)},
+        {"option": "RI 3y", "break_even_utilisation": 0.4, "level": 1,
+         "monthly_usd_saved": pytest.approx(1642.5)}]
+    assert r.detail == {"alternatives": alternatives, "level": 1, "break_even_utilisation": 0.4,
+                        "share_at_least": [0.625, 0.25]}
+    # The 1y alone: risk medium, "1 year(s)".
+    r = rec.commitment("g6", counts, 10.0, [one])
+    assert r.risk == "medium"
+    assert r.reasoning.endswith("you pay for 1 year(s) even if the work stops.")
+    # Two options that save the same: the first listed (no comparison of the options).
+    same = rec.CommitOption("SP 1y", 4.0, 1)
+    assert rec.commitment("g6", counts, 10.0, [same, three]).title == "Commit to 1 x g6 (SP 1y)"
+    # Saving 4 x $0.125 = $0.50 in 4 hours is still a saving ...
+    assert rec.commitment("g6", [1] * 4, 10.0, [rec.CommitOption("c", 9.875, 1)]).kind == "commit"
+    # ... saving exactly nothing is not (level 1 at the on-demand price: $40 either way).
+    r = rec.commitment("g6", [1, 1, 1, 1], 10.0, [rec.CommitOption("c", 10.0, 1)])
+    assert (r.kind, r.subject, r.title, r.monthly_usd_saved, r.pct_saved, r.risk,
+            r.kwh_per_month, r.co2e_kg_per_month) == (
+        "no_commitment", "g6", "No commitment for g6", 0.0, 0.0, "low", 0.0, 0.0)
+    assert r.reasoning == (
+        "At least one instance ran in 100% of the hours; the cheapest commitment breaks even at "
+        "100%. Commitments would cost more than on-demand for this usage; stay on-demand, or on "
+        "spot where the work can be interrupted.")
+    assert r.detail == {"alternatives": [{"option": "c", "break_even_utilisation": 1.0,
+                                          "level": 1, "monthly_usd_saved": 0.0}],
+                        "busy_share": 1.0, "share_at_least": [1.0]}
+    r = rec.commitment("g6", [1, 0], 10.0, [])
+    assert r.reasoning.startswith(
+        "No commitment prices are in the catalog for this instance type. Commitments would")
+
+
+def test_commitment_level_edges():
+    assert rec.commitment_level([], 0.5) == 0  # no hours, no instance to commit to
+    assert rec.commitment_level([0, 0], 0.5) == 0
+    assert rec.commitment_level([1, 1, 0, 0], 0.5) == 1  # exactly at break-even counts
+    assert rec.commitment_level([1, 2], 0.0) == 2  # a free commitment: up to the peak, no more
+
+
+def test_rightsize_in_full():
+    # g6.12xlarge (4 x L4, $4.6016/h) using 1 GPU, peak 20 GiB -> g6.xlarge (1 x L4, $0.8048/h):
+    # (4.6016 - 0.8048) / 4.6016 = 82.51 % saved; 3 GPUs fewer at 0.03 kW x 730 h x PUE 1.2 =
+    # 26.28 kWh less, x 0.4 kg/kWh = 10.512 kg.
+    r = rec.rightsize("h", L4_X4, 1, 20.0, [L4_X1], 730.0, 0.03, 1.2, 400.0)
+    assert (r.kind, r.subject, r.title, r.risk) == (
+        "rightsize", "h", "Move h from g6.12xlarge to g6.xlarge", "medium")
+    assert r.pct_saved == pytest.approx((4.6016 - 0.8048) / 4.6016 * 100)
+    assert r.kwh_per_month == pytest.approx(-26.28)
+    assert r.co2e_kg_per_month == pytest.approx(-10.512)
+    assert r.reasoning == (
+        "h used 1 of 4 NVIDIA L4 GPU(s), peaking at 20.0 GiB; g6.xlarge has 1 x NVIDIA L4 with "
+        "24 GiB each (20% headroom kept) at $0.8048/h instead of $4.6016/h. Check throughput on "
+        "the new GPU before switching: a different GPU model may run slower.")
