@@ -504,3 +504,25 @@ def test_rightsize_in_full():
         "h used 1 of 4 NVIDIA L4 GPU(s), peaking at 20.0 GiB; g6.xlarge has 1 x NVIDIA L4 with "
         "24 GiB each (20% headroom kept) at $0.8048/h instead of $4.6016/h. Check throughput on "
         "the new GPU before switching: a different GPU model may run slower.")
+
+
+def test_spot_fit_and_consolidate_edges():
+    # spot_fit_134..142: the risk of each interruption band.
+    risks = {band: rec.spot_fit(TRAINS, 1.006, 0.40, band, 730.0, 100.0, None).risk
+             for band in ("<5%", "5-10%", "10-15%", "15-20%", ">20%")}
+    assert risks == {"<5%": "low", "5-10%": "low", "10-15%": "medium", "15-20%": "high",
+                     ">20%": "high"}
+    # _162: no hours, no saving: not advice to move. _165: the subject of that advice.
+    r = rec.spot_fit(TRAINS, 1.006, 0.40, "<5%", 0.0, 0.0, None)
+    assert (r.kind, r.subject) == ("stay_on_demand", "trainer")
+    # _163: one hour at $1 - $0.40 x (1 + 0.05 / 730 x 25 / 60) = $0.599989 is a saving.
+    r = rec.spot_fit(TRAINS, 1.0, 0.40, "<5%", 1.0, 1.0, None)
+    assert r.kind == "spot"
+    assert r.monthly_usd_saved == pytest.approx(1.0 - 0.4 * (1 + 0.05 / 730 * 25 / 60))
+    # consolidate_19: 8 busy GPUs fit exactly on the first 8-GPU host: the other is freed.
+    hosts = [rec.HostLoad("a", 8, 0, 0.0, 30.0, 730.0), rec.HostLoad("b", 8, 8, 0.48, 30.0, 730.0)]
+    assert rec.consolidate("x", "on_demand", hosts, 1.0, None).detail["freed"] == ["b"]
+    # consolidate_111: hosts that cost nothing to run (no price): 0 % saved, not 0 / 0.
+    free = [rec.HostLoad("a", 8, 4, 0.24, 0.0, 730.0), rec.HostLoad("b", 8, 8, 0.48, 0.0, 730.0)]
+    r = rec.consolidate("x", "on_demand", free, 1.0, None)
+    assert (r.detail["freed"], r.monthly_usd_saved, r.pct_saved) == (["b"], 0.0, 0.0)
