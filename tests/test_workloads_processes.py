@@ -18,6 +18,7 @@ from greenops.teams.models import AuditEvent, Membership, Role
 from greenops.telemetry.models import GpuProcess, HostSample
 from greenops.workloads.models import Workload
 from greenops.workloads.seen import seen_gpus
+from tests.browser import page  # noqa: F401  (fixture)
 from tests.conftest import make_host
 
 pytestmark = pytest.mark.django_db
@@ -94,7 +95,7 @@ def test_page_lists(client, users, fleet, team):
     html = r.content.decode()
     ok, extra = _section(html, "gpus-ok"), _section(html, "gpus-extra")
     missing = _section(html, "gpus-missing")
-    assert "node-a · GPU 0" in ok and "20992 MiB" in ok and "python3" not in ok
+    assert "node-a · GPU 0" in ok and "20,992 MiB" in ok and "python3" not in ok
     assert "node-b · GPU 0" in extra and "inference/vllm-llama-7b-5d9f8c7b6-x2kqp" in extra
     assert "Add to this workload" in extra
     assert "node-a · GPU 1" in missing and fleet["fresh"].strftime("%Y-%m-%d %H:%M") in missing
@@ -177,3 +178,32 @@ def test_edit_form_rules_validated_and_audited(client, users, team):
     assert w.matches("python3.11", "", "") and not w.matches("tritonserver", "", "")
     ev = AuditEvent.objects.get(action=AuditEvent.Action.WORKLOAD_CHANGED)
     assert ev.detail["match_process"] == "python3*"
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_browser_section_renders_and_add_works(live_server, page, users, team, fleet):  # noqa: F811
+    """Chromium: the workload page links to its GPUs; the three lists render at desktop and
+    phone widths (screenshots in /work/notes/shots when that folder exists); one click adds the
+    seen GPU, which then moves to 'configured and seen'."""
+    from pathlib import Path
+
+    from tests.browser import log_in
+
+    shots = Path("/work/notes/shots")
+    log_in(page, live_server.url, "owner", "pw-owner")
+    page.goto(f"{live_server.url}/teams/{team.slug}/kpis/workloads/chat/")
+    page.locator("#gpus-link").click()
+    for width in (1440, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.reload()
+        assert "20,992 MiB" in page.locator("#gpus-ok").inner_text()
+        assert "vllm-llama-7b-5d9f8c7b6-x2kqp" in page.locator("#gpus-extra").inner_text()
+        assert "stale: host stopped reporting" in page.locator("#gpus-missing").inner_text()
+        if shots.is_dir():
+            page.screenshot(path=str(shots / f"workload-procs-{width}.png"), full_page=True)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.locator("#gpus-extra").get_by_role("button", name="Add to this workload").click()
+    page.locator("#gpus-ok").get_by_text("node-b · GPU 0").wait_for()
+    assert "None: every GPU it is seen on is configured" in page.locator("#gpus-extra").inner_text()
+    assert fleet["b0"] in fleet["w"].gpus.all()
