@@ -207,3 +207,18 @@ def test_browser_section_renders_and_add_works(live_server, page, users, team, f
     page.locator("#gpus-ok").get_by_text("node-b · GPU 0").wait_for()
     assert "None: every GPU it is seen on is configured" in page.locator("#gpus-extra").inner_text()
     assert fleet["b0"] in fleet["w"].gpus.all()
+
+
+def test_api_create_names_the_bad_rule_field(client, users, team):
+    client.force_login(users["owner"])
+    url = f"/api/v1/teams/{team.slug}/workloads"
+    r = client.post(url, {"name": "Chat", "kind": "inference", "match_pod_prefix": "vllm-"},
+                    content_type="application/json")
+    assert r.status_code in (400, 422) and "match_pod_prefix" in r.content.decode()
+    assert not Workload.objects.exists()
+    r = client.post(url, {"name": "Chat", "kind": "inference", "match_namespace": "inference",
+                          "match_pod_prefix": "vllm-llama-7b-"},
+                    content_type="application/json")
+    assert r.status_code == 201, r.content
+    assert r.json()["match_namespace"] == "inference"
+    assert r.json()["match_pod_prefix"] == "vllm-llama-7b-"
