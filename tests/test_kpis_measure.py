@@ -160,3 +160,49 @@ def test_unaligned_windows_read_minute_rollups(scenario):
 def test_no_gpus_means_zero_energy_not_an_error(team):
     t = measure.measure_gpus([], H, H + dt.timedelta(hours=1), stand_in_factors())
     assert t.energy_j == 0 and t.co2e_g == 0 and metrics.derive(t, 3600)["pue"] is None
+
+
+# Killed mutants of `make mutate MODULES=measure` (issue 16, tests/mutation/SURVIVORS.md).
+
+
+def test_add_inference_sums_every_counter_of_the_windows_in_its_hour(team):
+    # add_inference's surviving mutants (prompt tokens, server energy and the other optional
+    # counters summed, missing ones skipped, the hour's bounds). Windows ending in [H, H + 1 h):
+    #   w0 ends at H exactly (included): 20 requests, all successful, began 10 min before.
+    #   w1 H+0..10 min: 100 requests (98 ok, 2 failed), 5,000 tokens, 20,000 prompt tokens,
+    #      1,500 J at the server, 2,500 ms over 100 latencies, queue timing 50 ms over 100.
+    #   w2 H+10..20 min: 50 requests, only 7,000 prompt tokens known.
+    #   w3 H+5..30 min: 30 requests (all ok), 900 tokens, 500 J, 600 ms over 30, queue 30/30.
+    #   w4 ends at H + 1 h (excluded): 999 requests.
+    # Sums: 200 requests, 148 ok, 2 failed, 5,900 tokens over 130 requests that reported them,
+    # 27,000 prompt tokens, 2,000 J, 3,100 ms over 130, queue 80 ms over 130; measured: the
+    # union of [H-10 min, H+30 min) = 2,400 s.
+    from greenops.kpis.models import InferenceBatch, InferenceWindow
+    from greenops.workloads.models import Workload
+
+    w = Workload.objects.create(team=team, name="Chat", kind="inference")
+    batch = InferenceBatch.objects.create(id=uuid.uuid4(), team=team, windows=5)
+    m = dt.timedelta(minutes=1)
+    rows = [
+        dict(start=H - 10 * m, end=H, requests=20, success=20, failure=0),
+        dict(start=H, end=H + 10 * m, requests=100, success=98, failure=2, tokens=5000,
+             prompt_tokens=20_000, server_energy_j=1500.0, latency_sum_ms=2500.0, latency_n=100,
+             timings={"queue": {"sum_ms": 50.0, "n": 100}}),
+        dict(start=H + 10 * m, end=H + 20 * m, requests=50, prompt_tokens=7000),
+        dict(start=H + 5 * m, end=H + 30 * m, requests=30, success=30, failure=0, tokens=900,
+             server_energy_j=500.0, latency_sum_ms=600.0, latency_n=30,
+             timings={"queue": {"sum_ms": 30.0, "n": 30}}),
+        dict(start=H + 50 * m, end=H + 60 * m, requests=999, success=999, failure=0),
+    ]
+    for row in rows:
+        InferenceWindow.objects.create(batch=batch, workload=w, **row)
+    t = measure.add_inference(metrics.Totals(), [w.id], H, H + dt.timedelta(hours=1))
+    assert (t.requests, t.success, t.failure) == (200, 148, 2)
+    assert (t.tokens, t.token_requests, t.prompt_tokens) == (5900, 130, 27_000)
+    assert t.server_energy_j == 2000.0
+    assert (t.latency_sum_ms, t.latency_n) == (3100.0, 130)
+    assert (t.timings["queue"]["sum_ms"], t.timings["queue"]["n"]) == (80.0, 130)
+    assert t.measured_s == 2400.0
+    # Nothing of the kind reported: unknown (None), not 0.
+    only = measure.add_inference(metrics.Totals(), [w.id], H + 11 * m, H + 21 * m)  # w2 alone
+    assert (only.prompt_tokens, only.server_energy_j, only.tokens) == (7000, None, None)
