@@ -177,8 +177,12 @@ def test_add_inference_sums_every_counter_of_the_windows_in_its_hour(team):
     # Sums: 200 requests, 148 ok, 2 failed, 5,900 tokens over 130 requests that reported them,
     # 27,000 prompt tokens, 2,000 J, 3,100 ms over 130, queue 80 ms over 130; measured: the
     # union of [H-10 min, H+30 min) = 2,400 s.
+    from greenops.kpis import histogram
     from greenops.kpis.models import InferenceBatch, InferenceWindow
     from greenops.workloads.models import Workload
+
+    def hist(values):
+        return histogram.to_json(histogram.from_values(values))
 
     w = Workload.objects.create(team=team, name="Chat", kind="inference")
     batch = InferenceBatch.objects.create(id=uuid.uuid4(), team=team, windows=5)
@@ -187,11 +191,11 @@ def test_add_inference_sums_every_counter_of_the_windows_in_its_hour(team):
         dict(start=H - 10 * m, end=H, requests=20, success=20, failure=0),
         dict(start=H, end=H + 10 * m, requests=100, success=98, failure=2, tokens=5000,
              prompt_tokens=20_000, server_energy_j=1500.0, latency_sum_ms=2500.0, latency_n=100,
-             timings={"queue": {"sum_ms": 50.0, "n": 100}}),
+             latency_buckets=hist([10.0] * 100), timings={"queue": {"sum_ms": 50.0, "n": 100}}),
         dict(start=H + 10 * m, end=H + 20 * m, requests=50, prompt_tokens=7000),
         dict(start=H + 5 * m, end=H + 30 * m, requests=30, success=30, failure=0, tokens=900,
              server_energy_j=500.0, latency_sum_ms=600.0, latency_n=30,
-             timings={"queue": {"sum_ms": 30.0, "n": 30}}),
+             latency_buckets=hist([20.0] * 30), timings={"queue": {"sum_ms": 30.0, "n": 30}}),
         dict(start=H + 50 * m, end=H + 60 * m, requests=999, success=999, failure=0),
     ]
     for row in rows:
@@ -201,6 +205,8 @@ def test_add_inference_sums_every_counter_of_the_windows_in_its_hour(team):
     assert (t.tokens, t.token_requests, t.prompt_tokens) == (5900, 130, 27_000)
     assert t.server_energy_j == 2000.0
     assert (t.latency_sum_ms, t.latency_n) == (3100.0, 130)
+    # The latency histograms merge: 100 latencies of 10 ms and 30 of 20 ms.
+    assert t.latency_buckets == histogram.merge([hist([10.0] * 100 + [20.0] * 30)])
     assert (t.timings["queue"]["sum_ms"], t.timings["queue"]["n"]) == (80.0, 130)
     assert t.measured_s == 2400.0
     # Nothing of the kind reported: unknown (None), not 0.
