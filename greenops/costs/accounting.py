@@ -34,10 +34,13 @@ from greenops.costs.catalog import HourlyPrice, PriceProblem, catalog_price, hos
 from greenops.costs.models import HostTermsPeriod, Price, PricePeriod, terms_at
 from greenops.energy import ItEnergy, hour_aligned, it_energy, overlap
 from greenops.teams.models import Team
+from greenops.telemetry import store
 from greenops.telemetry.models import GpuHour, GpuMinute, Host, PurchaseOption
 from greenops.units import J_PER_KWH
 
-IDLE_UTIL_PCT = 5.0  # below this a GPU-minute is idle: nothing serious runs at <5% SM activity
+# Below this a GPU-minute is idle: nothing serious runs at <5% SM activity (the hour rollups
+# count idle minutes at this threshold: greenops.telemetry.store.IDLE_UTIL_PCT).
+IDLE_UTIL_PCT = 5.0
 COMMITTED = (PurchaseOption.RESERVED, PurchaseOption.SAVINGS_PLAN, PurchaseOption.ON_PREM)
 HOUR = dt.timedelta(hours=1)
 
@@ -311,14 +314,35 @@ def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime,
     minutes reported and minutes idle (counted in the database from minute rollups)."""
     gpu_host = {g.id: h.id for h in hosts for g in h.gpus.all()}
     out: dict[int, GpuUsage] = {}
+    # The hour rollups keep their minutes' counts at the standard threshold (maintained by the
+    # ingest statement, greenops.telemetry.store): whole hours read them, not 60 minute rows
+    # per GPU-hour. Another threshold, or a window cutting an hour, counts minute rollups; so
+    # does an hour with a utilisation but no minute counted (written by something other than
+    # the ingest statement: the counts were never kept there).
+    from_hours = idle_threshold_pct == store.IDLE_UTIL_PCT and hour_aligned(start, end)
+    uncounted: dict[int, set[dt.datetime]] = defaultdict(set)
     rows = GpuHour.objects.filter(
         gpu_id__in=list(gpu_host), bucket__gte=start, bucket__lt=end, samples__gt=0
-    ).values_list("gpu_id", "bucket", "util_sum", "util_n", "energy_j", "mem_used_max_mib")
-    for gpu_id, bucket, u_sum, u_n, e_j, mem in rows.iterator(chunk_size=5000):
+    ).values_list("gpu_id", "bucket", "util_sum", "util_n", "energy_j", "mem_used_max_mib",
+                  "util_minutes", "idle_minutes")
+    for gpu_id, bucket, u_sum, u_n, e_j, mem, n, idle in rows.iterator(chunk_size=5000):
         usage = out.setdefault(gpu_id, GpuUsage(gpu_id, gpu_host[gpu_id]))
         usage.hours[bucket] = (u_sum / u_n if u_n else None, e_j, mem)
+        if not from_hours:
+            continue
+        if n:
+            usage.minutes[bucket] = (n, idle)
+        elif u_n:
+            uncounted[gpu_id].add(bucket)
+    if from_hours and not uncounted:
+        return out
+    gpu_ids, lo, hi = list(gpu_host), start, end
+    if from_hours:
+        gpu_ids = list(uncounted)
+        lo = min(min(b) for b in uncounted.values())
+        hi = max(max(b) for b in uncounted.values()) + HOUR
     minutes = (
-        GpuMinute.objects.filter(gpu_id__in=list(gpu_host), bucket__gte=start, bucket__lt=end,
+        GpuMinute.objects.filter(gpu_id__in=gpu_ids, bucket__gte=lo, bucket__lt=hi,
                                  util_n__gt=0)
         .annotate(h=TruncHour("bucket")).values("gpu_id", "h")
         .annotate(n=Count("*"),
@@ -326,8 +350,11 @@ def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime,
         .values_list("gpu_id", "h", "n", "idle")
     )
     for gpu_id, bucket, n, idle in minutes.iterator(chunk_size=5000):
+        hour = windows.floor_hour(bucket)
+        if from_hours and hour not in uncounted[gpu_id]:
+            continue
         usage = out.setdefault(gpu_id, GpuUsage(gpu_id, gpu_host[gpu_id]))
-        usage.minutes[windows.floor_hour(bucket)] = (n, idle)
+        usage.minutes[hour] = (n, idle)
     return out
 
 

@@ -215,11 +215,23 @@ class GpuMinute(RollupFields):
     pk = models.CompositePrimaryKey("gpu_id", "bucket")
 
 
-class GpuHour(RollupFields):
+class MinuteCounts(models.Model):
+    """Per hour or day: the minute rollups in it with a utilisation reported, and of those the
+    idle ones (mean utilisation under store.IDLE_UTIL_PCT), kept up to date by the ingest
+    statement (greenops.telemetry.store) so idle cost reads hours, not 60x as many minutes."""
+
+    util_minutes = models.IntegerField(default=0, db_default=0)
+    idle_minutes = models.IntegerField(default=0, db_default=0)
+
+    class Meta:
+        abstract = True
+
+
+class GpuHour(RollupFields, MinuteCounts):
     pk = models.CompositePrimaryKey("gpu_id", "bucket")
 
 
-class GpuDay(RollupFields):
+class GpuDay(RollupFields, MinuteCounts):
     """UTC days: a 90-day page reads 90 rows per GPU instead of 2,160 hours."""
 
     pk = models.CompositePrimaryKey("gpu_id", "bucket")

@@ -149,12 +149,12 @@ def copy_binary(values: dict, nulls: dict, n: int,
 _ROLLUP_INSERT = f"""
     INSERT INTO {{table}} AS r (gpu_id, bucket, samples, util_sum, util_n, util_max, power_sum_w,
         power_n, power_max_w, mem_used_max_mib, temp_max_c, energy_j, simulated_samples,
-        {_ROLLUP_NEW_COLUMNS})
+        {_ROLLUP_NEW_COLUMNS}{{counts_columns}})
     SELECT gpu_id, date_trunc('{{unit}}', ts), count(*), coalesce(sum(util_pct), 0),
         count(util_pct), max(util_pct), coalesce(sum(power_w), 0), count(power_w), max(power_w),
         max(mem_used_mib), max(temp_c), coalesce(sum(energy_j), 0),
-        count(*) FILTER (WHERE simulated), {_ROLLUP_NEW_SELECT}
-    FROM ins GROUP BY 1, 2 ORDER BY 1, 2
+        count(*) FILTER (WHERE simulated), {_ROLLUP_NEW_SELECT}{{counts_select}}
+    FROM ins{{counts_join}} GROUP BY 1, 2 ORDER BY 1, 2
     ON CONFLICT (gpu_id, bucket) DO UPDATE SET
         samples = r.samples + excluded.samples,
         util_sum = r.util_sum + excluded.util_sum,
@@ -176,9 +176,50 @@ _ROLLUP_INSERT = f"""
         power_capped_samples = r.power_capped_samples + excluded.power_capped_samples,
         thermal_samples = r.thermal_samples + excluded.thermal_samples,
         power_limit_min_w = least(r.power_limit_min_w, excluded.power_limit_min_w),
-        {", ".join(f"{c} = r.{c} + excluded.{c}" for c in _ADDED)}
-    RETURNING 1
+        {", ".join(f"{c} = r.{c} + excluded.{c}" for c in _ADDED)}{{counts_set}}
+    RETURNING {{returning}}
 """
+
+
+def rollup_insert(table: str, unit: str, counts: bool = False, returning: str = "1") -> str:
+    """The INSERT ... ON CONFLICT folding the `ins` rows into one rollup table. `counts`: the
+    hour/day tables, which also add up the changes of their minutes' util/idle state (the
+    `flips` CTE of _PG_MOVE, joined to the first sample of each minute so it counts once)."""
+    return _ROLLUP_INSERT.format(
+        table=table, unit=unit, returning=returning,
+        counts_columns=", util_minutes, idle_minutes" if counts else "",
+        counts_select=", coalesce(sum(f_util), 0), coalesce(sum(f_idle), 0)" if counts else "",
+        counts_join=" LEFT JOIN flips ON f_gpu = gpu_id AND f_ts = ts" if counts else "",
+        counts_set=(",\n        util_minutes = r.util_minutes + excluded.util_minutes,"
+                    "\n        idle_minutes = r.idle_minutes + excluded.idle_minutes")
+        if counts else "")
+
+
+# A GPU-minute is idle when its mean utilisation is under this (greenops.costs.accounting uses
+# the hour/day counts below only at this threshold; another one is counted from minutes).
+IDLE_UTIL_PCT = 5.0
+# Per touched minute, how its state changed: util (a utilisation reported) and idle (reported
+# and its mean under IDLE_UTIL_PCT), +1/-1/0, from the minute before this statement to after.
+# "Before" is the row as this statement's snapshot saw it when its count matches the row's new
+# count less the samples added (nothing else wrote it meanwhile); else, under a concurrent
+# writer, the new row less what this statement added.
+_FLIPS = f"""
+), added AS (
+    SELECT gpu_id, date_trunc('minute', ts) AS bucket, min(ts) AS first_ts,
+        coalesce(sum(util_pct), 0) AS s, count(util_pct) AS n
+    FROM ins GROUP BY 1, 2
+), before AS (
+    SELECT o.gpu_id, o.bucket, o.util_sum, o.util_n FROM telemetry_gpuminute o
+    WHERE (o.gpu_id, o.bucket) IN (SELECT gpu_id, bucket FROM added)
+), flips AS (
+    SELECT m.gpu_id AS f_gpu, a.first_ts AS f_ts,
+        (m.util_n > 0)::int - (m.util_n - a.n > 0)::int AS f_util,
+        (m.util_n > 0 AND m.util_sum < m.util_n * {IDLE_UTIL_PCT})::int
+        - (CASE WHEN m.util_n - a.n = 0 THEN false
+                WHEN b.util_n = m.util_n - a.n THEN b.util_sum < b.util_n * {IDLE_UTIL_PCT}
+                ELSE m.util_sum - a.s < (m.util_n - a.n) * {IDLE_UTIL_PCT} END)::int AS f_idle
+    FROM m JOIN added a ON a.gpu_id = m.gpu_id AND a.bucket = m.bucket
+    LEFT JOIN before b ON b.gpu_id = m.gpu_id AND b.bucket = m.bucket"""
 
 _PG_MOVE = f"""
 WITH ins AS (
@@ -189,9 +230,10 @@ WITH ins AS (
         mem_util_pct, pcie_tx_kib_s, pcie_rx_kib_s, throttle_reasons, power_limit_w,
         sm_active_pct, sm_occupancy_pct, tensor_active_pct, dram_active_pct, nvlink_tx_kib_s,
         nvlink_rx_kib_s, sm_clock_mhz, mem_clock_mhz
-), m AS ({_ROLLUP_INSERT.format(table="telemetry_gpuminute", unit="minute")}
-), h AS ({_ROLLUP_INSERT.format(table="telemetry_gpuhour", unit="hour")}
-), d AS ({_ROLLUP_INSERT.format(table="telemetry_gpuday", unit="day")}
+), m AS ({rollup_insert("telemetry_gpuminute", "minute",
+                       returning="r.gpu_id, r.bucket, r.util_sum, r.util_n")}{_FLIPS}
+), h AS ({rollup_insert("telemetry_gpuhour", "hour", counts=True)}
+), d AS ({rollup_insert("telemetry_gpuday", "day", counts=True)}
 )
 SELECT count(*) FROM ins
 """
@@ -362,4 +404,42 @@ def _store_sqlite(values: dict, nulls: dict, n: int) -> int:
             step_us = step * 1_000_000
             bounds = _sqlite_timestamps(np.array([lo - lo % step_us, hi - hi % step_us + step_us]))
             cursor.execute(_SQLITE_ROLLUP.format(table=table, fmt=fmt, ids=gpu_ids), bounds)
+            if table != "telemetry_gpuminute":
+                cursor.execute(_SQLITE_COUNTS.format(table=table, fmt=fmt, ids=gpu_ids), bounds)
     return inserted
+
+
+# SQLite rebuilds the touched buckets: their minute counts are recounted from minute rollups.
+_SQLITE_COUNTS = f"""
+    UPDATE {{table}} SET
+        util_minutes = (SELECT count(*) FROM telemetry_gpuminute m
+                        WHERE m.gpu_id = {{table}}.gpu_id AND m.util_n > 0
+                        AND strftime('{{fmt}}', m.bucket) = {{table}}.bucket),
+        idle_minutes = (SELECT count(*) FROM telemetry_gpuminute m
+                        WHERE m.gpu_id = {{table}}.gpu_id AND m.util_n > 0
+                        AND m.util_sum < m.util_n * {IDLE_UTIL_PCT}
+                        AND strftime('{{fmt}}', m.bucket) = {{table}}.bucket)
+    WHERE gpu_id IN ({{ids}}) AND bucket >= %s AND bucket < %s
+"""
+
+# Recount the hour and day rollups' minute counts over [start, end) from the minute rollups
+# (PostgreSQL): for rollups written by something else than the ingest statement (bench/dashboard
+# merges synthetic minutes into hours). Migration 0010 holds a frozen copy for the backfill.
+RECOUNT_MINUTES = (f"""
+    UPDATE telemetry_gpuhour h SET util_minutes = c.n, idle_minutes = c.idle
+    FROM (SELECT gpu_id, date_trunc('hour', bucket) AS hour, count(*) AS n,
+                 count(*) FILTER (WHERE util_sum < util_n * {IDLE_UTIL_PCT}) AS idle
+          FROM telemetry_gpuminute WHERE util_n > 0 AND bucket >= %(start)s AND bucket < %(end)s
+          GROUP BY 1, 2) c
+    WHERE h.gpu_id = c.gpu_id AND h.bucket = c.hour
+      AND (h.util_minutes, h.idle_minutes) IS DISTINCT FROM (c.n, c.idle)
+""", """
+    UPDATE telemetry_gpuday d SET util_minutes = c.n, idle_minutes = c.idle
+    FROM (SELECT gpu_id, date_trunc('day', bucket) AS day, sum(util_minutes) AS n,
+                 sum(idle_minutes) AS idle
+          FROM telemetry_gpuhour WHERE bucket >= date_trunc('day', %(start)s::timestamptz)
+              AND bucket < date_trunc('day', %(end)s::timestamptz) + interval '1 day'
+          GROUP BY 1, 2) c
+    WHERE d.gpu_id = c.gpu_id AND d.bucket = c.day
+      AND (d.util_minutes, d.idle_minutes) IS DISTINCT FROM (c.n, c.idle)
+""")
