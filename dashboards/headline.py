@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from django.core.cache import cache
 from django.urls import reverse
 from django.utils import timezone
 
@@ -21,6 +22,7 @@ from greenops.kpis import metrics
 from greenops.kpis import queries as kpi_queries
 from greenops.kpis.models import KpiRollup, Period
 from greenops.teams.models import Team
+from greenops.telemetry.queries import RANGES as PAGE_RANGES
 from greenops.workloads.models import Workload
 
 TOP_RECOMMENDATIONS = 3
@@ -76,13 +78,21 @@ def unpriced(tu: accounting.TeamUsage) -> Unpriced:
 
 
 class Usage:
-    """The team's usage (costs.accounting.collect) per window, collected once per page view:
-    the cost cards, the month to date and the recommendations ask for the same window more
-    than once (the month range's cards and the recommendations both read the last 30 days),
-    and at 1,000 GPUs each collect costs seconds."""
+    """The team's cost figures per window for one page view (or one snapshot), each computed
+    once: the cost cards, the month to date and the recommendations ask for the same window
+    more than once (the month range's cards and the recommendations both read the last 30
+    days), and at 1,000 GPUs each costs.accounting.collect takes seconds to minutes.
 
-    def __init__(self) -> None:
+    `figures` (window -> result) is what a snapshot stores (see page_usage); `now` is the
+    clock the cost windows are taken from: the page's, or the snapshot's when it is read."""
+
+    def __init__(self, figures: dict | None = None, now: dt.datetime | None = None,
+                 computed_at: dt.datetime | None = None) -> None:
         self._seen: dict[tuple, accounting.TeamUsage] = {}
+        self.figures: dict[tuple, object] = dict(figures or {})
+        self.now = now
+        self.computed_at = computed_at
+        self.added = False
 
     def __call__(self, team: Team, days: float, now: dt.datetime) -> accounting.TeamUsage:
         w = windows.lookback(days, now)  # type: ignore[arg-type]
@@ -91,23 +101,99 @@ class Usage:
             self._seen[key] = accounting.collect(team, days, now)  # type: ignore[arg-type]
         return self._seen[key]
 
+    def _figure(self, key: tuple, compute):
+        if key not in self.figures:
+            self.figures[key] = compute()
+            self.added = True
+        return self.figures[key]
+
+    def costs(self, team: Team, days: float, now: dt.datetime) -> tuple[dict, Unpriced]:
+        w = windows.lookback(days, now)  # type: ignore[arg-type]
+
+        def compute() -> tuple[dict, Unpriced]:
+            tu = self(team, days, now)
+            return accounting.cost_totals(tu), unpriced(tu)
+        return self._figure(("costs", team.id, w.start, w.end), compute)  # type: ignore[return-value]
+
+    def recommendations(self, team: Team, now: dt.datetime) -> list[dict]:
+        w = windows.lookback(RECOMMENDATION_LOOKBACK_DAYS, now)
+
+        def compute() -> list[dict]:
+            tu = self(team, RECOMMENDATION_LOOKBACK_DAYS, now)
+            recs = team_recommendations(team, RECOMMENDATION_LOOKBACK_DAYS, now,
+                                        usage=tu)["recommendations"]
+            return [r for r in recs if r["monthly_usd_saved"] > 0][:TOP_RECOMMENDATIONS]
+        return self._figure(("recommendations", team.id, w.start, w.end),  # type: ignore[return-value]
+                            compute)
+
 
 def _costs(team: Team, days: float, now: dt.datetime, usage: Usage | None = None
            ) -> tuple[dict, Unpriced]:
-    tu = (usage or Usage())(team, days, now)
-    return accounting.cost_totals(tu), unpriced(tu)
+    return (usage or Usage()).costs(team, days, now)
+
+
+# ---- Snapshots: the cost figures of the team home, per team and hour ----------------------------
+# Cost windows end at the start of the current hour (windows.lookback), so a snapshot taken in an
+# hour holds the figures every page view of that hour computes. Beat (dashboards.tasks) takes one
+# per team every few minutes on the rollups queue; a page finding none for this hour reads the
+# previous hour's (its figures then cover windows ending an hour earlier, and say "as of"), and
+# with neither computes its figures and stores them. The key holds the team id: a page reads only
+# its own team's snapshot.
+SNAPSHOT_TTL_S = 3 * 3600
+# Beat retakes a snapshot older than this (late samples, price edits reach the page by then).
+SNAPSHOT_REFRESH_S = 15 * 60
+
+
+def snapshot_key(team_id: int, hour: dt.datetime) -> str:
+    return f"team-home:v1:{team_id}:{hour:%Y%m%dT%H}"
+
+
+def page_usage(team: Team, now: dt.datetime) -> Usage:
+    hour = windows.floor_hour(now)
+    for h in (hour, hour - dt.timedelta(hours=1)):
+        snap = cache.get(snapshot_key(team.id, h))
+        if snap is not None and snap.get("team_id") == team.id:
+            return Usage(snap["figures"], now=snap["now"], computed_at=snap["computed_at"])
+    return Usage(now=now, computed_at=timezone.now())
+
+
+def save_snapshot(team: Team, usage: Usage) -> None:
+    """Store what `usage` holds (when it computed anything new) as the team's snapshot of the
+    hour its figures were taken in."""
+    if not usage.added or usage.now is None:
+        return
+    cache.set(snapshot_key(team.id, windows.floor_hour(usage.now)),
+              {"team_id": team.id, "now": usage.now, "computed_at": usage.computed_at,
+               "figures": usage.figures}, SNAPSHOT_TTL_S)
+
+
+def take_snapshot(team: Team, now: dt.datetime | None = None) -> Usage:
+    """Compute every cost figure the team home shows, at every range, and store them."""
+    now = now or timezone.now()
+    usage = Usage(now=now, computed_at=timezone.now())
+    for key in dict.fromkeys(kpi_range(k) for k in PAGE_RANGES):
+        span = kpi_queries.RANGES[key].span
+        days = span.total_seconds() / 86400
+        usage.costs(team, days, now)
+        usage.costs(team, days, now - span)
+    _month_costs(team, now, usage)
+    usage.recommendations(team, now)
+    usage.added = True
+    save_snapshot(team, usage)
+    return usage
 
 
 def headline(team: Team, range_key: str, now: dt.datetime | None = None,
              usage: Usage | None = None) -> dict:
     now = now or timezone.now()
-    usage = usage or Usage()
+    usage = usage or Usage(now=now)
+    cnow = usage.now or now  # the cost figures' clock: a snapshot's may be an hour behind
     key = kpi_range(range_key)
     ov = kpi_queries.overview(team, None, key, now)
     label, span = kpi_queries.RANGES[key].label, kpi_queries.RANGES[key].span
     days = span.total_seconds() / 86400
-    costs_now, missing = _costs(team, days, now, usage)
-    costs_before, missing_before = _costs(team, days, now - span, usage)
+    costs_now, missing = _costs(team, days, cnow, usage)
+    costs_before, missing_before = _costs(team, days, cnow - span, usage)
     cur, change = ov["current"], ov["change_pct"]
     slug = team.slug
     kpis_url = reverse("kpi-overview", args=[slug]) + f"?range={key}"
@@ -171,6 +257,9 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
         "previous_partial": ov["previous_partial"], "simulated": cur.get("simulated"),
         "unpriced": missing, "costs": costs_now,
         "month": month_to_date(team, now, usage),
+        # When the cost figures were computed and the hour their windows end at.
+        "costs_as_of": usage.computed_at, "costs_end": windows.floor_hour(cnow),
+        "end_hour": windows.floor_hour(now),
     }
 
 
@@ -181,13 +270,20 @@ def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None) -> d
     start = month.start
     end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
     k = kpi_queries.kpis(team, None, start, end, Period.HOUR)
-    # Cost accounting counts whole hours up to the start of the current one.
-    days = max((now.replace(minute=0, second=0, microsecond=0) - start).total_seconds(), 0)
-    costs, missing = _costs(team, days / 86400, now, usage)
+    costs, missing = _month_costs(team, (usage.now if usage else None) or now, usage)
     return {"start": start, "label": month.label,
             "cost_usd": costs["priced_cost_usd"], "unpriced": missing,
             "energy_kwh": k.get("energy_kwh"), "co2e_kg": k.get("co2e_kg"),
             "requests": k.get("requests")}
+
+
+def _month_costs(team: Team, now: dt.datetime, usage: Usage | None = None
+                 ) -> tuple[dict, Unpriced]:
+    """Cost of this calendar month so far: accounting counts whole hours up to the start of
+    the current one."""
+    start = windows.month_containing(now, team.time_zone).start
+    days = max((now.replace(minute=0, second=0, microsecond=0) - start).total_seconds(), 0)
+    return _costs(team, days / 86400, now, usage)
 
 
 def top_recommendations(team: Team, now: dt.datetime | None = None,
@@ -195,10 +291,8 @@ def top_recommendations(team: Team, now: dt.datetime | None = None,
                         ) -> list[dict]:
     """The recommendations with the largest monthly savings, as the Costs page ranks them."""
     now = now or timezone.now()
-    tu = (usage or Usage())(team, RECOMMENDATION_LOOKBACK_DAYS, now)
-    recs = team_recommendations(team, RECOMMENDATION_LOOKBACK_DAYS, now,
-                                usage=tu)["recommendations"]
-    return [r for r in recs if r["monthly_usd_saved"] > 0][:limit]
+    usage = usage or Usage(now=now)
+    return usage.recommendations(team, usage.now or now)[:limit]
 
 
 def daily_by_workload(team: Team, range_key: str, now: dt.datetime | None = None) -> dict:

@@ -37,7 +37,9 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
     # them separately).
     hosts = list(team.hosts.filter(removed_at__isnull=True).prefetch_related("gpus"))
-    usage = headline.Usage()  # each cost window collected once for the whole page
+    # The cost figures: this hour's snapshot (beat takes them), else computed once per window
+    # for the whole page and stored for the next views.
+    usage = headline.page_usage(team, now)
     ctx = {
         "team": team,
         "head": headline.headline(team, key, now, usage),
@@ -56,6 +58,7 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
         "range_key": key,
         "now": now,
     }
+    headline.save_snapshot(team, usage)
     return render(request, "dashboards/team.html", ctx)
 
 

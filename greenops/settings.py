@@ -288,6 +288,7 @@ CELERY_TASK_ROUTES = {
     "greenops.telemetry.tasks.*": {"queue": "rollups"},  # housekeeping: pruning, partitions
     "greenops.kpis.tasks.*": {"queue": "rollups"},
     "greenops.costs.tasks.*": {"queue": "rollups"},
+    "dashboards.tasks.*": {"queue": "rollups"},  # team home snapshots (cost figures)
     "greenops.alerts.tasks.*": {"queue": "alerts"},
     "greenops.teams.tasks.*": {"queue": "alerts"},  # invitation mail: outbound, like alerts
     "greenops.reports.tasks.*": {"queue": "reports"},
@@ -308,6 +309,8 @@ CELERY_BEAT_SCHEDULE = {
     "storage-retention": {"task": "greenops.telemetry.tasks.apply_retention", "schedule": 3600.0},
     "kpi-rollups": {"task": "greenops.kpis.tasks.rollup_kpis", "schedule": 300.0},
     "prices-refresh": {"task": "greenops.costs.tasks.refresh_prices", "schedule": 6 * 3600.0},
+    # The team home's cost figures per team, retaken when 15 min old (headline.SNAPSHOT_*).
+    "team-home-snapshots": {"task": "dashboards.tasks.snapshot_team_homes", "schedule": 300.0},
     "alerts-evaluate": {"task": "greenops.alerts.tasks.evaluate_rules", "schedule": 60.0},
     "alerts-deliver": {"task": "greenops.alerts.tasks.deliver_due",
                        "schedule": float(ALERTS_DELIVER_EVERY_S)},
@@ -330,6 +333,7 @@ BEAT_TASK_TIME_LIMITS_S: dict[str, tuple[int, int]] = {
     "greenops.telemetry.tasks.apply_retention": (3000, 3300),
     "greenops.kpis.tasks.rollup_kpis": (600, 660),
     "greenops.costs.tasks.refresh_prices": (600, 660),
+    "dashboards.tasks.snapshot_team_homes": (3000, 3300),
     "greenops.alerts.tasks.evaluate_rules": (50, 60),  # only fans out one task per rule
     "greenops.alerts.tasks.deliver_due": (50, 60),  # only fans out one task per channel
     "greenops.alerts.tasks.prune_values": (1800, 1900),

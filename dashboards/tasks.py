@@ -1,0 +1,33 @@
+"""Beat: the team home's cost figures (cost cards, month to date, recommendations) taken per
+team ahead of the page views, on the rollups queue (see dashboards.headline.take_snapshot)."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.utils import timezone
+
+from greenops.beat import single_flight
+
+log = logging.getLogger(__name__)
+
+
+@shared_task
+@single_flight
+def snapshot_team_homes() -> int:
+    """Each team with hosts: its snapshot for this hour, unless one under
+    SNAPSHOT_REFRESH_S old exists. Returns the number taken."""
+    from dashboards import headline
+    from greenops.teams.models import Team
+
+    taken = 0
+    for team in Team.objects.filter(hosts__isnull=False).distinct().order_by("id"):
+        now = timezone.now()
+        snap = headline.cache.get(headline.snapshot_key(team.id, headline.windows.floor_hour(now)))
+        if snap is not None and (now - snap["computed_at"]).total_seconds() \
+                < headline.SNAPSHOT_REFRESH_S:
+            continue
+        headline.take_snapshot(team, now)
+        taken += 1
+    return taken
