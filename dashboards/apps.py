@@ -3,3 +3,21 @@ from django.apps import AppConfig
 
 class DashboardsConfig(AppConfig):
     name = "dashboards"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_delete, post_save
+
+        from dashboards import headline
+
+        # What prices a host or places it (its terms, the catalog, a team's overrides, its
+        # site): an edit makes every team's stored cost figures stale (dashboards.headline
+        # snapshots), so the next page computes them afresh instead of showing the old ones.
+        for label in ("costs.PriceOverride", "costs.Price", "costs.PricePeriod",
+                      "costs.HostTermsPeriod", "costs.HostCostConfig", "costs.InstanceType",
+                      "telemetry.Host", "telemetry.Gpu", "carbon.Site", "carbon.HostSite",
+                      "carbon.FactorsPeriod", "workloads.Workload"):
+            model = self.apps.get_model(label)
+            post_save.connect(headline.pricing_changed, sender=model,
+                              dispatch_uid=f"team-home-{label}-save")
+            post_delete.connect(headline.pricing_changed, sender=model,
+                                dispatch_uid=f"team-home-{label}-delete")

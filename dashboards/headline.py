@@ -144,8 +144,21 @@ SNAPSHOT_TTL_S = 3 * 3600
 SNAPSHOT_REFRESH_S = 15 * 60
 
 
+GENERATION_KEY = "team-home:generation"
+
+
+def pricing_changed(**kwargs) -> None:
+    """Signal receiver (dashboards.apps): something a cost depends on was edited; snapshots
+    taken before no longer match any key."""
+    try:
+        cache.incr(GENERATION_KEY)
+    except ValueError:  # not set yet (or evicted)
+        cache.set(GENERATION_KEY, 1, None)
+
+
 def snapshot_key(team_id: int, hour: dt.datetime) -> str:
-    return f"team-home:v1:{team_id}:{hour:%Y%m%dT%H}"
+    generation = cache.get(GENERATION_KEY, 0)
+    return f"team-home:v1:{team_id}:{hour:%Y%m%dT%H}:{generation}"
 
 
 def page_usage(team: Team, now: dt.datetime) -> Usage:
