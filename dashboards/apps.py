@@ -19,5 +19,8 @@ class DashboardsConfig(AppConfig):
             model = self.apps.get_model(label)
             post_save.connect(headline.pricing_changed, sender=model,
                               dispatch_uid=f"team-home-{label}-save")
-            post_delete.connect(headline.pricing_changed, sender=model,
-                                dispatch_uid=f"team-home-{label}-delete")
+        # Deletions: only an override's (a receiver on a model makes Django collect and delete
+        # its rows one by one in cascades, which would change how hosts and teams are deleted).
+        post_delete.connect(headline.pricing_changed,
+                            sender=self.apps.get_model("costs.PriceOverride"),
+                            dispatch_uid="team-home-costs.PriceOverride-delete")

@@ -317,10 +317,13 @@ def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime,
     # The hour rollups keep their minutes' counts at the standard threshold (maintained by the
     # ingest statement, greenops.telemetry.store): whole hours read them, not 60 minute rows
     # per GPU-hour. Another threshold, or a window cutting an hour, counts minute rollups; so
-    # does an hour with a utilisation but no minute counted (written by something other than
-    # the ingest statement: the counts were never kept there).
+    # do the GPUs with an hour holding a utilisation but no minute counted, or with no hour
+    # row at all (rollups written by something other than the ingest statement, which keeps
+    # minutes and hours together): their minutes count wherever no hour counted them. A GPU
+    # that did not report has no minute rows either: an index probe that finds nothing.
     from_hours = idle_threshold_pct == store.IDLE_UTIL_PCT and hour_aligned(start, end)
-    uncounted: dict[int, set[dt.datetime]] = defaultdict(set)
+    counted: dict[int, set[dt.datetime]] = defaultdict(set)
+    uncounted: set[int] = set()
     rows = GpuHour.objects.filter(
         gpu_id__in=list(gpu_host), bucket__gte=start, bucket__lt=end, samples__gt=0
     ).values_list("gpu_id", "bucket", "util_sum", "util_n", "energy_j", "mem_used_max_mib",
@@ -332,17 +335,16 @@ def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime,
             continue
         if n:
             usage.minutes[bucket] = (n, idle)
+            counted[gpu_id].add(bucket)
         elif u_n:
-            uncounted[gpu_id].add(bucket)
-    if from_hours and not uncounted:
-        return out
-    gpu_ids, lo, hi = list(gpu_host), start, end
+            uncounted.add(gpu_id)
+    gpu_ids = list(gpu_host)
     if from_hours:
-        gpu_ids = list(uncounted)
-        lo = min(min(b) for b in uncounted.values())
-        hi = max(max(b) for b in uncounted.values()) + HOUR
+        gpu_ids = [g for g in gpu_host if g in uncounted or g not in out]
+        if not gpu_ids:
+            return out
     minutes = (
-        GpuMinute.objects.filter(gpu_id__in=gpu_ids, bucket__gte=lo, bucket__lt=hi,
+        GpuMinute.objects.filter(gpu_id__in=gpu_ids, bucket__gte=start, bucket__lt=end,
                                  util_n__gt=0)
         .annotate(h=TruncHour("bucket")).values("gpu_id", "h")
         .annotate(n=Count("*"),
@@ -351,7 +353,7 @@ def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime,
     )
     for gpu_id, bucket, n, idle in minutes.iterator(chunk_size=5000):
         hour = windows.floor_hour(bucket)
-        if from_hours and hour not in uncounted[gpu_id]:
+        if hour in counted[gpu_id]:
             continue
         usage = out.setdefault(gpu_id, GpuUsage(gpu_id, gpu_host[gpu_id]))
         usage.minutes[hour] = (n, idle)
