@@ -209,6 +209,10 @@ def test_add_inference_sums_every_counter_of_the_windows_in_its_hour(team):
     assert t.latency_buckets == histogram.merge([hist([10.0] * 100 + [20.0] * 30)])
     assert (t.timings["queue"]["sum_ms"], t.timings["queue"]["n"]) == (80.0, 130)
     assert t.measured_s == 2400.0
+    # Folding into figures that already hold 600 measured seconds and 5 requests adds to them.
+    t = measure.add_inference(metrics.Totals(requests=5, measured_s=600.0), [w.id], H,
+                              H + dt.timedelta(hours=1))
+    assert (t.requests, t.measured_s) == (205, 3000.0)
     # Nothing of the kind reported: unknown (None), not 0.
     only = measure.add_inference(metrics.Totals(), [w.id], H + 11 * m, H + 21 * m)  # w2 alone
     assert (only.prompt_tokens, only.server_energy_j, only.tokens) == (7000, None, None)
