@@ -48,7 +48,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
               "tests/test_ingest_raw_samples.py"]),
     "carbon-accounting": ("greenops/carbon/accounting.py",
                           ["tests/test_carbon_accounting.py", "tests/test_kpis_measure.py",
-                           "tests/test_carbon_of_hours.py"]),
+                           "tests/test_carbon_of_hours.py", "tests/test_carbon_history.py"]),
     "metrics": ("greenops/kpis/metrics.py",
                 ["tests/test_kpis_histogram.py", "tests/test_kpis_measure.py",
                  "tests/test_kpis_per_inference.py", "tests/test_kpis_percentile_rank.py",
