@@ -99,3 +99,91 @@ def test_methodology_page_states_the_history_rules(client, users):
     assert "Each hour is costed at the price in force at its start" in part
     assert "past hours keep the factors they were computed with" in part
     assert "manage.py restate_factors" in part
+
+
+# Issue 16 (mutation testing): the factor-period code's survivors, each test checked against
+# the mutants named in tests/mutation/SURVIVORS.md by planting them by hand.
+
+T1 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+T2 = dt.datetime(2026, 11, 10, tzinfo=dt.UTC)
+T3 = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
+
+
+def _rows(host):
+    return [(p.valid_from, p.valid_to, p.pue, p.pue_source, p.intensity_g_per_kwh,
+             p.intensity_source)
+            for p in FactorsPeriod.objects.filter(host=host).order_by("valid_from")]
+
+
+def test_factors_at_takes_the_period_that_starts_at_the_hour_and_the_first_before_all():
+    from greenops.carbon.accounting import SiteFactors, factors_at
+
+    # Three periods from T1, T2, T3. An hour exactly at T2 is in the second (its start is
+    # inclusive); an hour before T1 gets the first period's factors; all four fields, both
+    # sources included, come back as stored.
+    periods = [FactorsPeriod(valid_from=start, pue=pue, pue_source=f"pue {n}",
+                             intensity_g_per_kwh=g, intensity_source=f"grid {n}")
+               for n, (start, pue, g) in enumerate(
+                   [(T1, 1.1, 100.0), (T2, 1.2, 200.0), (T3, 1.3, 300.0)])]
+    assert factors_at(periods, T2) == SiteFactors(1.2, "pue 1", 200.0, "grid 1")
+    assert factors_at(periods, T1 - HOUR) == SiteFactors(1.1, "pue 0", 100.0, "grid 0")
+    assert factors_at(periods, T3 + HOUR) == SiteFactors(1.3, "pue 2", 300.0, "grid 2")
+
+
+def test_restate_drops_later_periods_and_closes_the_one_around_since_for_that_host_only(team):
+    from greenops.carbon.accounting import SINCE_EVER, restate_factors
+
+    # Host A: [ever, T1) 1.5/500, [T1, T3) 1.4/400, [T3, open) 1.3/300; today's site factors
+    # are PUE 1.1 ("site Frankfurt") and 200 g/kWh ("site override (Frankfurt): meter").
+    # Restated from T2: [ever, T1) untouched, [T1, T2), [T2, open) with today's factors; the
+    # period from T3 is gone. Host B ([ever, T3), [T3, open)) is not touched at all.
+    a, _ = make_host(team, name="a", gpus=1)
+    b, _ = make_host(team, name="b", gpus=1)
+    site = Site.objects.create(team=team, name="Frankfurt", pue=1.1,
+                               grid_intensity_override_g_per_kwh=200.0, override_source="meter")
+    HostSite.objects.create(host=a, site=site)
+    for host, spans in ((a, [(SINCE_EVER, T1, 1.5, 500.0), (T1, T3, 1.4, 400.0),
+                             (T3, None, 1.3, 300.0)]),
+                        (b, [(SINCE_EVER, T3, 1.2, 250.0), (T3, None, 1.25, 260.0)])):
+        for start, end, pue, g in spans:
+            FactorsPeriod.objects.create(host=host, valid_from=start, valid_to=end, pue=pue,
+                                         pue_source="old", intensity_g_per_kwh=g,
+                                         intensity_source="old")
+    b_before = _rows(b)
+    restate_factors(a, T2)
+    assert _rows(a) == [
+        (SINCE_EVER, T1, 1.5, "old", 500.0, "old"),
+        (T1, T2, 1.4, "old", 400.0, "old"),
+        (T2, None, 1.1, "site Frankfurt", 200.0, "site override (Frankfurt): meter"),
+    ]
+    assert _rows(b) == b_before
+
+
+def test_a_source_longer_than_its_column_is_cut_to_300_characters_everywhere(team):
+    from greenops.carbon.accounting import (
+        SINCE_EVER,
+        ensure_factors,
+        record_factors,
+        restate_factors,
+    )
+
+    # Site name 100 characters, override source 200: the intensity source is
+    # "site override (" (15) + 100 + "): " (3) + 200 = 318 characters; the column holds 300.
+    # Stored cut to 300 at first use, on a change and on a restatement; an unchanged site
+    # opens no new period although the full text is longer than the stored one.
+    host, _ = make_host(team, gpus=1)
+    name, why = "N" * 100, "m" * 200
+    site = Site.objects.create(team=team, name=name, pue=1.2,
+                               grid_intensity_override_g_per_kwh=350.0, override_source=why)
+    HostSite.objects.create(host=host, site=site)
+    source = f"site override ({name}): {why}"
+    assert len(source) == 318
+    ensure_factors(host)
+    record_factors(host, T1)
+    assert _rows(host) == [(SINCE_EVER, None, 1.2, f"site {name}", 350.0, source[:300])]
+    Site.objects.filter(pk=site.pk).update(pue=1.4)  # no signal: record_factors by hand
+    record_factors(host, T2)
+    assert _rows(host)[1:] == [(T2, None, 1.4, f"site {name}", 350.0, source[:300])]
+    restate_factors(host, T3)
+    assert _rows(host)[1:] == [(T2, T3, 1.4, f"site {name}", 350.0, source[:300]),
+                               (T3, None, 1.4, f"site {name}", 350.0, source[:300])]
