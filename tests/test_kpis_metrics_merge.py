@@ -168,3 +168,51 @@ def test_p99_past_the_last_finite_bound_is_flagged():
 def test_an_inference_share_without_carbon_counts_zero_grams():
     t = Totals(requests=10, gpu_energy_j=100.0, co2e_g=50.0, inference_energy_j=40.0)
     assert t.inference_figures() == (40.0, 0.0, None)
+
+
+# Issue 16 (mutation testing): derive 101, 104, 129-131, merge 56, _inference_figures 2, 4.
+
+
+def test_p50_past_the_last_finite_bound_is_flagged_and_a_p99_inside_is_not():
+    t = hour_1()
+    # 10 at <= 10 ms, 90 above 20 ms: the median (rank 50) is past the last finite bound.
+    t.latency_buckets = histogram.from_buckets([10.0, 20.0], [10, 0, 90], cumulative=False)
+    assert metrics.derive(t, 3600)["latency_p50_above"] is True
+    # All 100 at <= 10 ms: neither quantile is past the bounds.
+    t.latency_buckets = histogram.from_buckets([10.0, 20.0], [100, 0, 0], cumulative=False)
+    k = metrics.derive(t, 3600)
+    assert (k["latency_p99_above"], k["latency_p50_above"]) == (False, False)
+
+
+QUEUE_A = {"sum_ms": 300.0, "n": 3, "hist": {"le_ms": [100.0, 200.0], "cumulative": [1, 3, 3]}}
+QUEUE_B = {"sum_ms": 100.0, "n": 1, "hist": {"le_ms": [100.0, 200.0], "cumulative": [1, 1, 1]}}
+
+
+def test_derived_kpis_summarise_the_timings():
+    # Queue time, 3 requests, 300 ms: mean 100 ms. Buckets (le 100: 1, le 200: 3), as in
+    # Prometheus' histogram_quantile: p50 rank 1.5 -> 100 + 100 x (1.5 - 1) / 2 = 125 ms;
+    # p99 rank 2.97 -> 100 + 100 x 1.97 / 2 = 198.5 ms; neither past the last bound.
+    k = metrics.derive(Totals(timings={"queue": QUEUE_A}), 3600)
+    assert k["timings"] == [{"name": "queue", "label": "Queue time", "mean_ms": 100.0,
+                             "p50_ms": 125.0, "p99_ms": pytest.approx(198.5),
+                             "p50_above": False, "p99_above": False, "n": 3}]
+
+
+def test_merge_adds_the_timings_name_by_name():
+    # 300 + 100 ms over 3 + 1 requests; cumulative buckets (1, 3, 3) + (1, 1, 1) = (2, 4, 4).
+    m = metrics.merge([Totals(timings={"queue": QUEUE_A}), Totals(timings={"queue": QUEUE_B})])
+    assert (m.timings["queue"]["sum_ms"], m.timings["queue"]["n"]) == (400.0, 4)
+    h = histogram.parse(m.timings["queue"]["hist"])
+    assert (h.le_ms, h.cumulative) == ((100.0, 200.0), (2.0, 4.0, 4.0))
+
+
+def test_a_workload_row_merged_with_a_team_row_counts_its_cpu_and_ram_energy():
+    # Team row: 400 J of inference energy with no carbon figure (0 g, not unknown).
+    # Workload row: 500 J GPU + 100 J CPU/RAM, 5 g: all of it is inference. 400 + 600 = 1000 J.
+    team_hour = Totals(requests=100, gpu_energy_j=1000.0, co2e_g=10.0,
+                       inference_energy_j=400.0)
+    workload_hour = Totals(requests=50, gpu_energy_j=500.0, cpu_ram_energy_j=100.0,
+                           co2e_g=5.0)
+    m = metrics.merge([team_hour, workload_hour])
+    assert (m.inference_energy_j, m.inference_co2e_g) == (1000.0, 5.0)
+    assert metrics.merge([team_hour]).inference_co2e_g == 0.0
