@@ -296,6 +296,9 @@ def _month_costs(team: Team, now: dt.datetime, usage: Usage | None = None
     the current one."""
     start = windows.month_containing(now, team.time_zone).start
     days = max((now.replace(minute=0, second=0, microsecond=0) - start).total_seconds(), 0)
+    if not days:  # the month's first hour: no whole hour finished yet, so nothing billed yet
+        return ({"total_cost_usd": 0.0, "priced_cost_usd": 0.0, "idle_cost_usd": 0.0,
+                 "idle_threshold_pct": accounting.IDLE_UTIL_PCT}, Unpriced())
     return _costs(team, days / 86400, now, usage)
 
 

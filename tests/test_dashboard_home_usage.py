@@ -27,3 +27,19 @@ def test_month_range_collects_each_window_once(client, users, team):
     windows = [(c.args[1], c.args[2]) for c in spy.call_args_list]
     assert len(windows) == 3, windows
     assert len({accounting.windows.lookback(d, n).start for d, n in windows}) == 3
+
+
+def test_the_first_hour_of_a_month_in_the_teams_time_zone_is_billed_nothing_yet(client, users,
+                                                                                   team):
+    """23:30 UTC on 30 November is 00:30 on 1 December in Paris: December so far holds no whole
+    hour, so its cost is $0 of nothing -- the page answered 500 ("a Window must end after it
+    starts") for the first hour of every month."""
+    team.time_zone = "Europe/Paris"
+    team.save()
+    make_host(team, "node-0", gpus=2)
+    client.force_login(users["owner"])
+    now = dt.datetime(2026, 11, 30, 23, 30, tzinfo=dt.UTC)
+    with mock.patch("django.utils.timezone.now", return_value=now):
+        response = client.get(f"/teams/{team.slug}/")
+    assert response.status_code == 200
+    assert b"December" in response.content
