@@ -19,7 +19,8 @@ def test_register_workload_and_token_then_report_inferences(live_server, page, u
     log_in(page, live_server.url, "owner", "pw-owner")
     page.goto(f"{live_server.url}/teams/{team.slug}/workloads/")
     page.get_by_role("link", name="Register a workload").first.click()
-    page.get_by_label("Name").fill("Chat LLM")
+    # "Name:" exactly: the matching rules' labels ("Match process name", ...) also hold "name"
+    page.get_by_role("textbox", name="Name:", exact=True).fill("Chat LLM")
     page.get_by_label("Kind").select_option("inference")
     page.get_by_role("checkbox", name="gpu-node-1", exact=True).check()  # the whole host
     page.get_by_role("button", name="Save").click()
