@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collectors import prometheus as prom
+from collectors.every import run_every
 from collectors.sources import GpuInfo, GpuSource, Reading
 
 log = logging.getLogger(__name__)
@@ -350,17 +351,7 @@ class DcgmOverlay:
             self._thread.start()
 
     def _run(self) -> None:
-        start = time.monotonic()
-        tick = 0
-        while not self._stop.is_set():
-            try:
-                self.refresh()
-            except Exception:  # the thread must outlive any bug in one scrape
-                log.exception("dcgm-exporter scrape failed; continuing")
-            tick += 1
-            now = time.monotonic()
-            tick = max(tick, int((now - start) // self.interval_s) + 1)
-            self._stop.wait(start + tick * self.interval_s - now)
+        run_every(self.interval_s, self._stop, self.refresh, "dcgm-exporter scrape")
 
     def close(self) -> None:
         self._stop.set()

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 from collectors import __version__
 from collectors import batch as wire
+from collectors.every import run_every
 
 log = logging.getLogger(__name__)
 
@@ -266,17 +267,7 @@ class HostActivityChannel:
         self._thread.start()
 
     def _run(self) -> None:
-        start = time.monotonic()
-        tick = 0
-        while not self._stop.is_set():
-            try:
-                self.read_once()
-            except Exception:  # one failed reading must not end the stream
-                log.exception("host activity reading failed; continuing")
-            tick += 1
-            now = time.monotonic()
-            tick = max(tick, int((now - start) // self.interval_s) + 1)
-            self._stop.wait(start + tick * self.interval_s - now)
+        run_every(self.interval_s, self._stop, self.read_once, "host activity reading")
 
     def stop(self) -> None:
         self._stop.set()

@@ -77,6 +77,7 @@ from typing import Any
 from collectors import __version__
 from collectors import batch as wire
 from collectors import prometheus as prom
+from collectors.every import run_every
 
 log = logging.getLogger(__name__)
 
@@ -641,17 +642,7 @@ class ScrapeChannel:
         self._thread.start()
 
     def _run(self) -> None:
-        start = time.monotonic()
-        tick = 0
-        while not self._stop.is_set():
-            try:
-                self.scrape_all()
-            except Exception:  # the thread must outlive any bug in one scrape
-                log.exception("scrape round failed; continuing")
-            tick += 1
-            now = time.monotonic()
-            tick = max(tick, int((now - start) // self.interval_s) + 1)  # skip missed rounds
-            self._stop.wait(start + tick * self.interval_s - now)
+        run_every(self.interval_s, self._stop, self.scrape_all, "scrape round")
 
     def stop(self) -> None:
         self._stop.set()
