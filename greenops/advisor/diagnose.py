@@ -151,6 +151,24 @@ def _busy(p: Profile) -> tuple[float | None, str]:
     return p.util_pct, "GPU utilisation (NVML)"
 
 
+def _unstalled_effect(p: Profile, m: Monthly, busy: float, cause: str, faster: str) -> Effect:
+    """What a stalled workload's month would save once `cause`: its GPUs' busy share, packed to
+    the target utilisation on fewer GPUs, frees the rest (an upper bound). One GPU frees
+    nothing: the fix shortens the work while the GPU stays billed."""
+    needed = max(1, math.ceil(p.gpus * busy / TARGET_UTIL_PCT))
+    if needed >= p.gpus:
+        return Effect(unknown=f"one GPU: {faster} the work but the GPU stays billed; measure "
+                              "the fix as a variant")
+    freed = (p.gpus - needed) / p.gpus
+    return scaled_effect(
+        m, -freed, None if m.usd is None else -m.usd * freed,
+        unknown="" if m.usd is not None else f"cost unknown: {m.usd_problem}",
+        method=(f"upper bound: with {cause}, the same work fits {needed} of {p.gpus} GPUs at "
+                f"{TARGET_UTIL_PCT:.0f} % ({p.gpus} × {busy:.1f} % ÷ {TARGET_UTIL_PCT:.0f} %); "
+                "the freed GPUs' share of the measured month. Not additive with "
+                "under-utilised."))
+
+
 def _link_bound(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None, link: str,
                 conf: tuple[str, str]) -> Diagnosis | None:
     """The link moving at least LINK_BOUND_SHARE of its published per-direction rate on
@@ -171,19 +189,8 @@ def _link_bound(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None, link: st
                 f"{rate * 1024 / 1e9:.0f} GB/s each way",
                 f"{busy_label} {busy:.1f} % (below {SM_WAIT_UTIL_PCT:.0f} %): the SMs wait on "
                 "transfers"]
-    needed = max(1, math.ceil(p.gpus * busy / TARGET_UTIL_PCT))
-    if needed < p.gpus:
-        freed = (p.gpus - needed) / p.gpus
-        effect = scaled_effect(
-            m, -freed, None if m.usd is None else -m.usd * freed,
-            unknown="" if m.usd is not None else f"cost unknown: {m.usd_problem}",
-            method=(f"upper bound: with the transfers no longer stalling the SMs, the same work "
-                    f"fits {needed} of {p.gpus} GPUs at {TARGET_UTIL_PCT:.0f} % "
-                    f"({p.gpus} × {busy:.1f} % ÷ {TARGET_UTIL_PCT:.0f} %); the freed "
-                    "GPUs' share of the measured month. Not additive with under-utilised."))
-    else:
-        effect = Effect(unknown="one GPU: faster transfers shorten the work but the GPU stays "
-                                "billed; measure the fix as a variant")
+    effect = _unstalled_effect(p, m, busy, "the transfers no longer stalling the SMs",
+                               "faster transfers shorten")
     return Diagnosis(f"{link}_bound", title, evidence, list(levers), effect,
                      *estimate_confidence(conf, "link rate from the datasheet"))
 
@@ -249,19 +256,8 @@ def _host_cpu_bound(p: Profile, m: Monthly, h: HostActivity,
     levers = ["move decoding and augmentation onto the GPU (e.g. NVIDIA DALI) or cache "
               "pre-processed data", "a host with more CPUs per GPU",
               "profile the input pipeline: the loader, not the model, sets the pace"]
-    needed = max(1, math.ceil(p.gpus * busy / TARGET_UTIL_PCT))
-    if needed < p.gpus:
-        freed = (p.gpus - needed) / p.gpus
-        effect = scaled_effect(
-            m, -freed, None if m.usd is None else -m.usd * freed,
-            unknown="" if m.usd is not None else f"cost unknown: {m.usd_problem}",
-            method=(f"upper bound: with the host no longer holding the GPUs back, the same "
-                    f"work fits {needed} of {p.gpus} GPUs at {TARGET_UTIL_PCT:.0f} % "
-                    f"({p.gpus} × {busy:.1f} % ÷ {TARGET_UTIL_PCT:.0f} %); the freed GPUs' "
-                    "share of the measured month. Not additive with under-utilised."))
-    else:
-        effect = Effect(unknown="one GPU: a faster input pipeline shortens the work but the "
-                                "GPU stays billed; measure the fix as a variant")
+    effect = _unstalled_effect(p, m, busy, "the host no longer holding the GPUs back",
+                               "a faster input pipeline shortens")
     return Diagnosis("host_cpu_bound", "Input-bound (host CPU)", evidence, levers, effect,
                      *estimate_confidence(conf, "host CPU averaged over all cores"))
 
