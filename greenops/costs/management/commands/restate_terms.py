@@ -11,17 +11,16 @@ when it should have applied earlier (the reservation was bought before anyone ed
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import asdict
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
+from greenops import restate
 from greenops.costs.models import HostTermsPeriod
 from greenops.kpis import rollup
 from greenops.teams import audit
-from greenops.teams.models import Team
 
 
 class Command(BaseCommand):
@@ -30,27 +29,13 @@ class Command(BaseCommand):
             "otherwise), audit it, and rebuild the team's KPI rollups.")
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("team", help="team slug")
-        parser.add_argument("--since", required=True, help="ISO date or time (UTC)")
-        parser.add_argument("--reason", required=True, help="why; kept in the audit log")
+        restate.add_arguments(parser)
         parser.add_argument("--host", action="append", default=[],
                             help="host name (repeatable); default every host of the team")
 
     def handle(self, team: str, since: str, reason: str, host: list[str], **options) -> None:
-        found = Team.objects.filter(slug=team).first()
-        if found is None:
-            raise CommandError(f"team: no team with slug {team!r}")
-        try:
-            start = dt.datetime.fromisoformat(since)
-        except ValueError as exc:
-            raise CommandError("--since: not an ISO date or time") from exc
-        if start.tzinfo is None:
-            start = start.replace(tzinfo=dt.UTC)
+        found, start, reason = restate.parse(team, since, reason)
         now = timezone.now()
-        if start > now:
-            raise CommandError("--since: in the future; an edit already applies from now")
-        if not reason.strip():
-            raise CommandError("--reason: say why the past is restated")
         hosts = list(found.hosts.all())
         if host:
             unknown = sorted(set(host) - {h.name for h in hosts})
@@ -61,7 +46,7 @@ class Command(BaseCommand):
             terms = {h.name: HostTermsPeriod.restate(h, start) for h in hosts}
             audit.record(found, None, "costs.restate_terms",
                          f"{len(hosts)} host(s)", actor_label="manage.py restate_terms",
-                         since=start.isoformat(), reason=reason.strip(),
+                         since=start.isoformat(), reason=reason,
                          terms={name: {k: str(v) if v is not None else None
                                        for k, v in asdict(t).items()}
                                 for name, t in terms.items() if t is not None})
