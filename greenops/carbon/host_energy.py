@@ -26,6 +26,7 @@ from greenops.telemetry import late
 from greenops.telemetry.models import Host
 from greenops.telemetry.wire import (
     check_range,
+    distinct_timestamps,
     numeric_column,
     parse_batch_id,
     sample_columns,
@@ -91,10 +92,8 @@ def parse(doc, *, now_s: float | None = None) -> HostEnergyBatch:
     text_field(doc, "agent_version", 32)
     samples, n = sample_columns(doc, COLUMNS, settings.INGEST_MAX_SAMPLES)
 
-    ts = numeric_column("ts", samples["ts"], nullable=False, integer=False)
-    check_range("ts", ts, now_s - settings.INGEST_MAX_AGE_S, now_s + settings.INGEST_MAX_FUTURE_S)
-    if np.unique(np.round(ts * 1e6)).size != n:
-        raise invalid("samples.ts", "two samples share a timestamp")
+    ts = distinct_timestamps(samples["ts"], n, now_s, settings.INGEST_MAX_AGE_S,
+                             settings.INGEST_MAX_FUTURE_S)
     floats = {}
     for name, (lo, hi) in FLOAT_FIELDS.items():
         arr = numeric_column(name, samples[name], nullable=True, integer=False)

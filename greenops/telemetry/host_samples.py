@@ -23,6 +23,7 @@ from greenops.errors import invalid
 from greenops.telemetry.models import Gpu, GpuProcess, Host, HostHour, HostSample
 from greenops.telemetry.wire import (
     check_range,
+    distinct_timestamps,
     numeric_column,
     parse_batch_id,
     sample_columns,
@@ -55,10 +56,8 @@ def parse(doc, host: Host, *, now_s: float | None = None) -> tuple[list[HostSamp
     parse_batch_id(doc)
     text_field(doc, "agent_version", 32)
     samples, n = sample_columns(doc, COLUMNS, settings.INGEST_MAX_SAMPLES)
-    ts = numeric_column("ts", samples["ts"], nullable=False, integer=False)
-    check_range("ts", ts, now_s - settings.INGEST_MAX_AGE_S, now_s + settings.INGEST_MAX_FUTURE_S)
-    if np.unique(np.round(ts * 1e6)).size != n:
-        raise invalid("samples.ts", "two samples share a timestamp")
+    ts = distinct_timestamps(samples["ts"], n, now_s, settings.INGEST_MAX_AGE_S,
+                             settings.INGEST_MAX_FUTURE_S)
     interval = numeric_column("interval_s", samples["interval_s"], nullable=False, integer=False)
     bad = (interval <= 0) | (interval > 3600)
     if bad.any():

@@ -118,16 +118,24 @@ def known_gpus(host: Host | int) -> dict[int, int]:
 LAST_SEEN_RESOLUTION_S = 5.0
 
 
+def _parse_intake(doc) -> wire.Batch:
+    """A batch as the API receives it: within the sample limit and the intake's time window."""
+    return wire.parse_batch(doc, now_s=time.time(), max_samples=settings.INGEST_MAX_SAMPLES,
+                            max_future_s=settings.INGEST_MAX_FUTURE_S,
+                            max_age_s=settings.INGEST_MAX_AGE_S)
+
+
+def _parse_stored(doc) -> wire.Batch:
+    """A batch the API already accepted, read back by the worker: its limits were checked on
+    arrival, and a batch stored late (a backlog) must not age out of the window now."""
+    return wire.parse_batch(doc, now_s=time.time(), max_samples=1 << 40,
+                            max_future_s=float("inf"), max_age_s=float("inf"))
+
+
 def accept_batch(host: Host, body: bytes, content_encoding: str | None) -> dict:
     """Validate a whole batch and keep it for the worker. Nothing is stored if it is invalid."""
     doc = parse_body(body, content_encoding)
-    batch = wire.parse_batch(
-        doc,
-        now_s=time.time(),
-        max_samples=settings.INGEST_MAX_SAMPLES,
-        max_future_s=settings.INGEST_MAX_FUTURE_S,
-        max_age_s=settings.INGEST_MAX_AGE_S,
-    )
+    batch = _parse_intake(doc)
     wire.check_gpu_indices(batch, set(known_gpus(host)))
     spool = wire.parse_spool_report(doc)
     gzip_encoded = (content_encoding or "").strip().lower() == "gzip"
@@ -196,13 +204,7 @@ def accept_samples(auth: SamplesAuth, body: bytes, content_encoding: str | None)
         return accept_batch(host, body, content_encoding)
     try:
         doc = parse_body(body, content_encoding)
-        batch = wire.parse_batch(
-            doc,
-            now_s=time.time(),
-            max_samples=settings.INGEST_MAX_SAMPLES,
-            max_future_s=settings.INGEST_MAX_FUTURE_S,
-            max_age_s=settings.INGEST_MAX_AGE_S,
-        )
+        batch = _parse_intake(doc)
         spool_error = spool = None
         try:
             spool = wire.parse_spool_report(doc)
@@ -383,8 +385,7 @@ def process_batch(batch_id: str) -> int | None:
             doc = wire.parse_json(
                 wire.decode_body(bytes(row.payload), row.gzip_encoded, 1 << 40)
             )
-            batch = wire.parse_batch(doc, now_s=time.time(), max_samples=1 << 40,
-                                     max_future_s=float("inf"), max_age_s=float("inf"))
+            batch = _parse_stored(doc)
             gpu_ids = known_gpus(row.host_id)
             wire.check_gpu_indices(batch, set(gpu_ids))  # a GPU may have gone since acceptance
             inserted = store.store_batch(batch, gpu_ids)
@@ -517,8 +518,7 @@ def _store_group(mine: uuid.UUID | None) -> tuple[int | None, int, bool]:
         for batch_uuid, host_id, payload, gzip_encoded, _, _ in claimed:
             try:
                 doc = wire.parse_json(wire.decode_body(bytes(payload), gzip_encoded, 1 << 40))
-                batch = wire.parse_batch(doc, now_s=time.time(), max_samples=1 << 40,
-                                         max_future_s=float("inf"), max_age_s=float("inf"))
+                batch = _parse_stored(doc)
                 gpu_ids = gpus.get(host_id, {})
                 wire.check_gpu_indices(batch, set(gpu_ids))  # a GPU may have gone since
             except FieldError as exc:

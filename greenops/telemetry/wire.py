@@ -197,6 +197,17 @@ def check_range(name: str, arr: np.ndarray, lo: float, hi: float) -> None:
         raise invalid(f"samples.{name}[{i}]", f"{arr[i]!r} is outside [{lo:g}, {hi:g}]")
 
 
+def distinct_timestamps(values: list, n: int, now_s: float, max_age_s: float,
+                        max_future_s: float) -> np.ndarray:
+    """The `ts` column of a host-level batch (host energy, host activity: one series per host):
+    present, finite, inside the intake window and no two samples in the same microsecond."""
+    ts = numeric_column("ts", values, nullable=False, integer=False)
+    check_range("ts", ts, now_s - max_age_s, now_s + max_future_s)
+    if np.unique(np.round(ts * 1e6)).size != n:
+        raise invalid("samples.ts", "two samples share a timestamp")
+    return ts
+
+
 def parse_batch_id(doc: dict) -> uuid.UUID:
     """The batch's id, fixed by the sender so a resend is recognised."""
     raw = doc.get("batch_id")
