@@ -18,9 +18,6 @@ SHOTS = Path("/work/notes/shots")
 
 
 def test_costs_page_shows_costs_and_steady_advice(live_server, page, users, team):  # noqa: F811
-    from greenops.costs import catalog
-
-    catalog.load_snapshots()  # an earlier transactional test may have flushed the catalog
     end = timezone.now().replace(minute=0, second=0, microsecond=0)
     busy, _ = make_host(team, "train-1")
     idle, _ = make_host(team, "serve-idle")
