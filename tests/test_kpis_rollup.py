@@ -389,3 +389,35 @@ def test_a_day_row_merges_only_its_own_teams_hours_of_that_day(scenario):
     assert KpiRollup.objects.get(workload=w, period=Period.DAY, bucket=day + 24 * HOUR) \
         .requests == 2000
     assert KpiRollup.objects.filter(team=other, period=Period.DAY, bucket=day).count() == 2
+
+
+def test_a_run_takes_the_5000_oldest_late_hours_and_leaves_the_rest_for_the_next(
+        team, monkeypatch):
+    # run_28 (`[:5000]` -> `[:5001]`): one run rebuilds at most 5,000 late (team, hour) marks,
+    # oldest first; the rest wait, still marked, for the next run. Rebuilding 5,001 real hours
+    # would take minutes, so the hour and day rebuilds and the late hours' job accounting are
+    # recorded instead of done: what is asserted is which marks this run took and left.
+    from greenops.telemetry.models import LateHour
+
+    rebuilt, jobs_for = [], []
+    monkeypatch.setattr(rollup, "rollup_hour", lambda t, hour, factors: rebuilt.append(hour))
+    monkeypatch.setattr(rollup, "rollup_day", lambda t, day: None)
+    monkeypatch.setattr(rollup.jobs, "refresh_overlapping",
+                        lambda team_id, start, end, now, factors: jobs_for.append(start) or 0)
+    first = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+    marks = [first + i * HOUR for i in range(5001)]  # 5,001 hours: 2025-01-01 00:00 onwards
+    LateHour.objects.bulk_create([LateHour(team=team, hour=h) for h in marks])
+    now = dt.datetime(2026, 1, 1, 12, 30, tzinfo=dt.UTC)  # long after every mark
+
+    out = rollup.run(now=now, lookback_h=1, factors=stand_in_factors())
+    assert out["late_hours"] == 5000
+    assert jobs_for == marks[:5000]
+    # lookback 1 h: the current hour (12:00) plus the 5,000 oldest marks, not the newest.
+    assert sorted(rebuilt) == marks[:5000] + [dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)]
+    assert list(LateHour.objects.values_list("hour", flat=True)) == [marks[5000]]
+
+    rebuilt.clear()
+    jobs_for.clear()
+    out = rollup.run(now=now, lookback_h=1, factors=stand_in_factors())
+    assert out["late_hours"] == 1 and jobs_for == [marks[5000]]
+    assert marks[5000] in rebuilt and not LateHour.objects.exists()
