@@ -61,14 +61,15 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                    "tests/test_kpis_histogram_edges.py"]),
     "measure": ("greenops/kpis/measure.py",
                 ["tests/test_kpis_measure.py", "tests/test_kpis_rollup.py"]),
-    # accounting.py as rewritten (host terms periods, the one cost model): every fast file
-    # that runs it in-process (about 45 s in all; no browser test), and the survivors' file.
+    # accounting.py as rewritten (host terms periods, the one cost model): the fast files that
+    # run it in-process (about 45 s in all; no browser test), and the survivors' file. Not
+    # tests/test_idle_minutes_rollup.py: its transactional test flushes the reused test database
+    # (--reuse-db), emptying the price catalog for every later mutant's tests.
     "cost-accounting": ("greenops/costs/accounting.py",
                         ["tests/test_costs_accounting.py",
                          "tests/test_costs_workload_unpriced.py",
                          "tests/test_costs_terms_history.py", "tests/test_costs_one_model.py",
-                         "tests/test_costs_history.py", "tests/test_idle_minutes_rollup.py",
-                         "tests/test_costs_accounting_edges.py"]),
+                         "tests/test_costs_history.py", "tests/test_costs_accounting_edges.py"]),
 }
 
 # What the copy needs besides the packages mutmut copies itself (source_paths).
