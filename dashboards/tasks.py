@@ -1,5 +1,6 @@
-"""Beat: the team home's cost figures (cost cards, month to date, recommendations) taken per
-team ahead of the page views, on the rollups queue (see dashboards.headline.take_snapshot)."""
+"""Beat, on the rollups queue: the team home's cost figures (cost cards, month to date,
+recommendations) taken per team ahead of the page views (dashboards.headline.take_snapshot),
+and the team charts' fleet rollups (greenops.telemetry.fleetroll)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,14 @@ def snapshot_team_homes() -> int:
         headline.take_snapshot(team, now)
         taken += 1
     return taken
+
+
+@shared_task
+@single_flight
+def fill_fleet_rollups() -> dict:
+    """Each team's fleet rollups (the dashboard charts' closed display buckets), brought up to
+    date from the per-GPU rollups: greenops.telemetry.fleetroll.fill. Returns per team and
+    display step the buckets recomputed and the seconds taken."""
+    from greenops.telemetry import fleetroll
+
+    return fleetroll.fill()

@@ -18,7 +18,7 @@ from greenops.teams.models import AuditEvent, Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry import fleet, host_samples
 from greenops.telemetry.models import Host
-from greenops.telemetry.queries import RANGES, team_gpus
+from greenops.telemetry.queries import RANGES
 
 
 @login_required
@@ -32,7 +32,8 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     """The team home: what the team's AI costs and what to change, then the fleet's charts."""
     key = windows.range_from_request(request, RANGES)
     now = timezone.now()
-    fleet_series = fleet.fleet_series(team_gpus(team), key, now)
+    # Closed chart buckets from the team's fleet rollups, the still-filling ones live.
+    fleet_series = fleet.team_fleet_series(team, key, now)
     days = headline.daily_by_workload(team, key, now)
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
     # them separately).

@@ -311,6 +311,8 @@ CELERY_BEAT_SCHEDULE = {
     "prices-refresh": {"task": "greenops.costs.tasks.refresh_prices", "schedule": 6 * 3600.0},
     # The team home's cost figures per team, retaken when 15 min old (headline.SNAPSHOT_*).
     "team-home-snapshots": {"task": "dashboards.tasks.snapshot_team_homes", "schedule": 300.0},
+    # The team charts' closed display buckets per team (greenops.telemetry.fleetroll).
+    "team-fleet-rollups": {"task": "dashboards.tasks.fill_fleet_rollups", "schedule": 60.0},
     "alerts-evaluate": {"task": "greenops.alerts.tasks.evaluate_rules", "schedule": 60.0},
     "alerts-deliver": {"task": "greenops.alerts.tasks.deliver_due",
                        "schedule": float(ALERTS_DELIVER_EVERY_S)},
@@ -334,6 +336,8 @@ BEAT_TASK_TIME_LIMITS_S: dict[str, tuple[int, int]] = {
     "greenops.kpis.tasks.rollup_kpis": (600, 660),
     "greenops.costs.tasks.refresh_prices": (600, 660),
     "dashboards.tasks.snapshot_team_homes": (3000, 3300),
+    # A first fill of a 1,000-GPU team reads a day of minute and 30 days of hour rollups.
+    "dashboards.tasks.fill_fleet_rollups": (600, 660),
     "greenops.alerts.tasks.evaluate_rules": (50, 60),  # only fans out one task per rule
     "greenops.alerts.tasks.deliver_due": (50, 60),  # only fans out one task per channel
     "greenops.alerts.tasks.prune_values": (1800, 1900),

@@ -14,9 +14,11 @@ from collections import defaultdict
 from django.db import connection
 
 from greenops.charts import MAX_POINTS
-from greenops.telemetry.models import ROLLUPS, Gpu
-from greenops.telemetry.queries import MAX_GPU_SERIES, RANGES, RESOLUTION, window
+from greenops.teams.models import Team
+from greenops.telemetry.models import ROLLUPS, FleetBucket, FleetFill, Gpu
+from greenops.telemetry.queries import MAX_GPU_SERIES, RANGES, RESOLUTION, team_gpus, window
 from greenops.units import J_PER_KWH
+from greenops.windows import floor
 
 
 def display_step_s(span_s: float, source_step_s: int, max_points: int = MAX_POINTS) -> int:
@@ -33,24 +35,36 @@ def quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+def grid(range_key: str, now: dt.datetime | None = None,
+         max_points: int = MAX_POINTS) -> tuple[str, int, dt.datetime, dt.datetime, int]:
+    """(rollup resolution, display step in seconds, first bucket, end, number of buckets) of a
+    range's chart. Display buckets are multiples of the step since the Unix epoch (as rollup
+    buckets are), so a closed bucket is the same bucket at every page view and can be stored
+    (greenops.telemetry.fleetroll); the chart starts at the display bucket holding the range's
+    start (24 h of 5-minute buckets may show up to 4 minutes more than 24 h)."""
+    resolution, source_step = RESOLUTION[range_key]
+    w = window(range_key, now)
+    step_s = display_step_s(w.span_s, int(source_step.total_seconds()), max_points)
+    start = floor(w.start, dt.timedelta(seconds=step_s))
+    return resolution, step_s, start, w.end, math.ceil((w.end - start).total_seconds() / step_s)
+
+
 def fleet_series(gpus: list[Gpu], range_key: str, now: dt.datetime | None = None,
                  max_points: int = MAX_POINTS) -> dict:
-    """Utilisation, power and energy in display buckets.
+    """Utilisation, power and energy in display buckets, computed from the rollups.
 
     `per_gpu` (at most MAX_GPU_SERIES GPUs): one series per GPU. Otherwise `fleet`: per bucket
     the mean, p10 and p90 of the GPUs' utilisation, the fleet's total power (sum of each GPU's
-    mean power) and its energy per host.
+    mean power) and its energy per host. team_fleet_series reads the closed buckets of a team's
+    fleet from its stored fleet rollups instead.
     """
-    resolution, source_step = RESOLUTION[range_key]
-    w = window(range_key, now)
-    start, end = w.start, w.end
-    source_step_s = int(source_step.total_seconds())
-    step_s = display_step_s((end - start).total_seconds(), source_step_s, max_points)
+    resolution, step_s, start, end, n_buckets = grid(range_key, now, max_points)
+    if len(gpus) > MAX_GPU_SERIES and connection.vendor == "postgresql":
+        figures = bucket_figures([g.id for g in gpus], resolution, start, end, step_s)
+        return assemble(gpus, range_key, resolution, start, end, step_s, figures,
+                        gpus_reporting=figures.reporting)
     t0 = start.timestamp()
     by_id = {g.id: g for g in gpus}
-    n_buckets = math.ceil((end - start).total_seconds() / step_s)
-    if len(gpus) > MAX_GPU_SERIES and connection.vendor == "postgresql":
-        return _fleet_in_sql(gpus, range_key, resolution, start, end, step_s, n_buckets)
     # (gpu, display bucket) -> [util_sum, util_n, power_sum, power_n, energy_j, sim samples,
     # samples]
     cells: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0] * 7)
@@ -103,14 +117,91 @@ def fleet_series(gpus: list[Gpu], range_key: str, now: dt.datetime | None = None
     return out
 
 
+def team_fleet_series(team: Team, range_key: str, now: dt.datetime | None = None) -> dict:
+    """The team dashboard's charts: fleet_series over the team's GPUs, reading the closed
+    display buckets from the team's stored fleet rollups (greenops.telemetry.fleetroll) and
+    computing only the buckets after them (the still-filling one, and any the fill task has
+    not stored yet) from the rollups. Without stored buckets covering the chart's start (new
+    install, SQLite, a team of MAX_GPU_SERIES GPUs or fewer) it is fleet_series itself."""
+    gpus = team_gpus(team)
+    if len(gpus) <= MAX_GPU_SERIES or connection.vendor != "postgresql":
+        return fleet_series(gpus, range_key, now)
+    resolution, step_s, start, end, n_buckets = grid(range_key, now)
+    fill = FleetFill.objects.filter(team=team, step_s=step_s, start__lte=start).first()
+    if fill is None or fill.until <= start:
+        return fleet_series(gpus, range_key, now)
+    until = min(fill.until, end)
+    stored = BucketFigures.from_rows(
+        FleetBucket.objects.filter(team=team, step_s=step_s, bucket__gte=start, bucket__lt=until)
+        .order_by("bucket").values_list(*BucketFigures.COLUMNS), step_s)
+    expected = round((until - start).total_seconds() / step_s)
+    if len(stored.rows) != expected:  # a gap (rows deleted by hand): never draw it as empty
+        return fleet_series(gpus, range_key, now)
+    if until < end:
+        tail = bucket_figures([g.id for g in gpus], resolution, until, end, step_s,
+                              with_ids=True)
+        stored.extend(tail)
+    return assemble(gpus, range_key, resolution, start, end, step_s, stored,
+                    gpus_reporting=stored.reporting_count())
+
+
+class BucketFigures:
+    """Per display bucket (keyed by its index since the epoch: bucket start = k x step) what
+    the chart draws and the sums behind the totals, from the rollups (bucket_figures) or from
+    stored FleetBucket rows (from_rows). `reporting`: GPUs with a rollup row in the range when
+    computed over the whole range, else None (the union of `gpu_bits` answers it)."""
+
+    COLUMNS = ("bucket", "util_mean", "util_p10", "util_p90", "power_w", "power_gpus",
+               "util_sum", "util_n", "power_sum_w", "power_n", "energy_j",
+               "simulated_samples", "samples", "gpu_bits", "energy_j_by_host")
+
+    def __init__(self, step_s: int) -> None:
+        self.step_s = step_s
+        # k -> [mean, p10, p90, power, power_gpus, us, un, ps, pn, e, sim, n]
+        self.rows: dict[int, list] = {}
+        self.host_energy: dict[int, dict[int, float]] = {}  # k -> {host id: joules}
+        self.gpu_bits: dict[int, int] = {}  # k -> bitmap of Gpu ids
+        self.gpu_ids: dict[int, list[int]] = {}  # k -> Gpu ids (from the rollups only)
+        self.reporting: int | None = None
+
+    @classmethod
+    def from_rows(cls, rows, step_s: int) -> BucketFigures:
+        out = cls(step_s)
+        for bucket, *figures, bits, by_host in rows:
+            k = int(bucket.timestamp()) // step_s
+            out.rows[k] = figures
+            out.gpu_bits[k] = int.from_bytes(bytes(bits), "little")
+            out.host_energy[k] = {int(h): e for h, e in by_host.items()}
+        return out
+
+    def extend(self, other: BucketFigures) -> None:
+        self.rows.update(other.rows)
+        self.host_energy.update(other.host_energy)
+        self.gpu_bits.update(other.gpu_bits)
+
+    def reporting_count(self) -> int:
+        union = 0
+        for bits in self.gpu_bits.values():
+            union |= bits
+        return union.bit_count()
+
+
+def gpu_bitmap(gpu_ids) -> int:
+    bits = 0
+    for gpu_id in gpu_ids:
+        bits |= 1 << gpu_id
+    return bits
+
+
 # The fleet view in one statement: a thousand GPUs x 300 display buckets are 300,000 cells,
-# too many to pull into Python for each page view. Per GPU and display bucket the sums (as the
-# Python path above), then per bucket the mean, p10 and p90 across GPUs (percentile_cont is the
-# linear interpolation `quantile` implements) and the sum of the GPUs' mean power; energy per
-# host and bucket; and the totals.
+# too many to pull into Python for each page view. Per GPU and display bucket (k: the bucket's
+# index since the epoch) the sums (as the Python path above), then per bucket the mean, p10 and
+# p90 across GPUs (percentile_cont is the linear interpolation `quantile` implements), the sum
+# of the GPUs' mean power and the sums behind the totals; energy per host and bucket; and the
+# GPUs reporting (over the range, or per bucket for the fleet rollups' bitmaps).
 _FLEET_SQL = """
     WITH cell AS (
-        SELECT r.gpu_id, floor((extract(epoch FROM r.bucket) - %(t0)s) / %(step)s)::int AS k,
+        SELECT r.gpu_id, floor(extract(epoch FROM r.bucket) / %(step)s)::bigint AS k,
             sum(r.util_sum) AS us, sum(r.util_n) AS un, sum(coalesce(r.power_sum_w, 0)) AS ps,
             sum(r.power_n) AS pn, sum(r.energy_j) AS e, sum(r.simulated_samples) AS sim,
             sum(r.samples) AS n
@@ -121,25 +212,54 @@ _FLEET_SQL = """
         SELECT k, avg(us / un) FILTER (WHERE un > 0) AS mean,
             percentile_cont(0.1) WITHIN GROUP (ORDER BY us / un) FILTER (WHERE un > 0) AS p10,
             percentile_cont(0.9) WITHIN GROUP (ORDER BY us / un) FILTER (WHERE un > 0) AS p90,
-            sum(ps / pn) FILTER (WHERE pn > 0) AS power, count(*) FILTER (WHERE pn > 0) AS rep
+            sum(ps / pn) FILTER (WHERE pn > 0) AS power, count(*) FILTER (WHERE pn > 0) AS rep,
+            sum(us) AS us, sum(un)::bigint AS un, sum(ps) AS ps, sum(pn)::bigint AS pn,
+            sum(e) AS e, sum(sim)::bigint AS sim, sum(n)::bigint AS n, {ids} AS ids
         FROM cell GROUP BY k
     ), per_host AS (
         SELECT g.host_id, c.k, sum(c.e) AS e FROM cell c JOIN telemetry_gpu g ON g.id = c.gpu_id
         GROUP BY 1, 2
     )
-    SELECT 0, k, NULL::bigint, mean, p10, p90, power, rep FROM per_bucket
-    UNION ALL SELECT 1, k, host_id, e, NULL, NULL, NULL, NULL FROM per_host
-    UNION ALL SELECT 2, count(DISTINCT gpu_id), NULL, sum(us), sum(un), sum(ps), sum(pn), NULL
-        FROM cell
-    UNION ALL SELECT 3, NULL, NULL, sum(e), sum(sim), sum(n), NULL, NULL FROM cell
+    SELECT 0, k, mean, p10, p90, power, rep, us, un, ps, pn, e, sim, n, ids FROM per_bucket
+    UNION ALL SELECT 1, k, host_id, e, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL FROM per_host
+    {reporting}
 """
+_REPORTING_SQL = """UNION ALL SELECT 2, count(DISTINCT gpu_id), NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM cell"""
 
 
-def _fleet_in_sql(gpus: list[Gpu], range_key: str, resolution: str, start: dt.datetime,
-                  end: dt.datetime, step_s: int, n_buckets: int) -> dict:
-    """fleet_series' fleet view computed in PostgreSQL: the same figures as the Python path
-    (tests/test_bench_dashboard.py checks both against raw samples)."""
-    t0 = start.timestamp()
+def bucket_figures(gpu_ids: list[int], resolution: str, start: dt.datetime, end: dt.datetime,
+                   step_s: int, with_ids: bool = False) -> BucketFigures:
+    """The fleet's figures per display bucket over [start, end) (start a multiple of step_s)
+    from the `resolution` rollups, computed in PostgreSQL. with_ids: each bucket's GPUs as a
+    bitmap (stored rollups, a stored page's tail); else the GPUs reporting over the range."""
+    sql = _FLEET_SQL.format(table=ROLLUPS[resolution]._meta.db_table,
+                            ids="array_agg(gpu_id)" if with_ids else "NULL::bigint[]",
+                            reporting="" if with_ids else _REPORTING_SQL)
+    out = BucketFigures(step_s)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"gpus": gpu_ids, "start": start, "end": end, "step": step_s})
+        rows = cursor.fetchall()
+    for kind, k, *figures in rows:
+        if kind == 0:
+            out.rows[k] = figures[:12]
+            if with_ids:
+                out.gpu_ids[k] = figures[12]
+                out.gpu_bits[k] = gpu_bitmap(figures[12])
+        elif kind == 1:
+            out.host_energy.setdefault(k, {})[int(figures[0])] = figures[1]
+        else:
+            out.reporting = k
+    return out
+
+
+def assemble(gpus: list[Gpu], range_key: str, resolution: str, start: dt.datetime,
+             end: dt.datetime, step_s: int, figures: BucketFigures, gpus_reporting: int) -> dict:
+    """fleet_series' fleet view from per-bucket figures, however they were obtained: the totals
+    add the buckets' sums in bucket order, so stored and live figures give the same totals."""
+    n_buckets = math.ceil((end - start).total_seconds() / step_s)
+    k0 = int(start.timestamp()) // step_s
     host_name = {g.host_id: g.host.name for g in gpus}
     mean: list[float | None] = [None] * n_buckets
     p10: list[float | None] = [None] * n_buckets
@@ -147,36 +267,35 @@ def _fleet_in_sql(gpus: list[Gpu], range_key: str, resolution: str, start: dt.da
     power: list[float | None] = [None] * n_buckets
     reporting = [0] * n_buckets
     energy_by_host: dict[str, list[float]] = defaultdict(lambda: [0.0] * n_buckets)
-    sums = {"us": 0.0, "un": 0, "ps": 0.0, "pn": 0, "e": 0.0, "sim": 0, "n": 0, "gpus": 0}
-    sql = _FLEET_SQL.format(table=ROLLUPS[resolution]._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, {"gpus": [g.id for g in gpus], "start": start, "end": end,
-                             "t0": t0, "step": step_s})
-        rows = cursor.fetchall()
-    for kind, k, host_id, a, b, c, d, e in rows:
-        if kind == 0:
-            mean[k] = round(a, 2) if a is not None else None
-            p10[k] = round(b, 2) if b is not None else None
-            p90[k] = round(c, 2) if c is not None else None
-            power[k] = round(d, 1) if e else None
-            reporting[k] = e
-        elif kind == 1:
-            energy_by_host[host_name[host_id]][k] += a / J_PER_KWH
-        elif kind == 2:
-            sums.update(gpus=k, us=a or 0.0, un=b or 0, ps=c or 0.0, pn=d or 0)
-        else:
-            sums.update(e=a or 0.0, sim=b or 0, n=c or 0)
-    t = [dt.datetime.fromtimestamp(t0 + k * step_s, dt.UTC).isoformat()
-         for k in range(n_buckets)]
-    totals = {"gpus": len(gpus), "gpus_reporting": sums["gpus"],
-              "energy_kwh": sums["e"] / J_PER_KWH,
-              "avg_util_pct": sums["us"] / sums["un"] if sums["un"] else None,
-              "avg_power_w": sums["ps"] / sums["pn"] if sums["pn"] else None,
-              "simulated_samples": int(sums["sim"]),
-              "measured_samples": int(sums["n"] - sums["sim"])}
+    sums = [0.0] * 7  # us, un, ps, pn, e, sim, n
+    for k in sorted(figures.rows):
+        i = k - k0
+        if not 0 <= i < n_buckets:
+            continue
+        m, lo, hi, pw, rep, *bucket_sums = figures.rows[k]
+        if bucket_sums[6] == 0 and not rep and m is None:
+            continue  # an empty bucket (stored so the fill's coverage has no holes)
+        mean[i] = round(m, 2) if m is not None else None
+        p10[i] = round(lo, 2) if lo is not None else None
+        p90[i] = round(hi, 2) if hi is not None else None
+        power[i] = round(pw, 1) if rep else None
+        reporting[i] = rep
+        for j, v in enumerate(bucket_sums):
+            sums[j] += v or 0
+        for host_id, e in sorted(figures.host_energy.get(k, {}).items()):
+            if host_id in host_name:
+                energy_by_host[host_name[host_id]][i] += e / J_PER_KWH
+    us, un, ps, pn, e, sim, n = sums
+    t = [dt.datetime.fromtimestamp((k0 + i) * step_s, dt.UTC).isoformat()
+         for i in range(n_buckets)]
+    totals = {"gpus": len(gpus), "gpus_reporting": gpus_reporting,
+              "energy_kwh": e / J_PER_KWH,
+              "avg_util_pct": us / un if un else None,
+              "avg_power_w": ps / pn if pn else None,
+              "simulated_samples": int(sim), "measured_samples": int(n - sim)}
     return {"range": range_key, "label": RANGES[range_key].label, "resolution": resolution,
             "start": start.isoformat(), "end": end.isoformat(), "step_s": step_s, "t": t,
-            "simulated": sums["sim"] > 0, "totals": totals,
+            "simulated": sim > 0, "totals": totals,
             "energy_kwh_by_host": dict(sorted(energy_by_host.items())), "grouping": "fleet",
             "util_mean_pct": mean, "util_p10_pct": p10, "util_p90_pct": p90,
             "power_w": power, "gpus_reporting": reporting}

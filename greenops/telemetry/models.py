@@ -370,3 +370,59 @@ class RetentionMark(models.Model):
 
     def __str__(self) -> str:
         return f"{self.table_name}: {self.status or 'not checked'}"
+
+
+# --- Fleet rollups (greenops.telemetry.fleetroll): the team charts' closed display buckets ------
+
+class FleetBucket(models.Model):
+    """One closed display bucket of a team's fleet chart (greenops.telemetry.fleet): the figures
+    the chart draws, computed from the per-GPU rollups by the same statement the live path runs,
+    so a page reads at most ~300 of these rows instead of up to 1.4 M rollup rows. Filled by
+    dashboards.tasks.fill_fleet_rollups (greenops.telemetry.fleetroll.fill)."""
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="+")
+    step_s = models.IntegerField()  # the display step (a grid: bucket is a multiple of it)
+    bucket = models.DateTimeField()
+    # Across GPUs: utilisation mean, p10, p90 of the GPUs' bucket means (None: none reported);
+    # fleet power = sum of the GPUs' mean power, over power_gpus GPUs that reported power.
+    util_mean = models.FloatField(null=True)
+    util_p10 = models.FloatField(null=True)
+    util_p90 = models.FloatField(null=True)
+    power_w = models.FloatField(null=True)
+    power_gpus = models.IntegerField(default=0)
+    # The sums behind the range totals (added over buckets, as the live path adds them).
+    util_sum = models.FloatField(default=0)
+    util_n = models.BigIntegerField(default=0)
+    power_sum_w = models.FloatField(default=0)
+    power_n = models.BigIntegerField(default=0)
+    energy_j = models.FloatField(default=0)
+    simulated_samples = models.BigIntegerField(default=0)
+    samples = models.BigIntegerField(default=0)
+    # GPUs with a rollup row in the bucket: a bitmap (bit = Gpu.id, little-endian) whose union
+    # over buckets is the range's "GPUs reporting"; n_gpus and gpu_id_sum with samples are the
+    # fingerprint a fill run compares with the rollups to find buckets late data changed.
+    gpu_bits = models.BinaryField(default=b"")
+    n_gpus = models.IntegerField(default=0)
+    gpu_id_sum = models.BigIntegerField(default=0)
+    energy_j_by_host = models.JSONField(default=dict)  # {"<host id>": joules}
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "step_s", "bucket"],
+                                               name="fleet_bucket_once")]
+
+
+class FleetFill(models.Model):
+    """How far a team's fleet rollups at one display step are stored: every bucket in
+    [start, until) has its FleetBucket row (empty buckets included); filled_at is when the run
+    that stored them started (the next run rebuilds from late.reach(filled_at))."""
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="+")
+    step_s = models.IntegerField()
+    start = models.DateTimeField()
+    until = models.DateTimeField()
+    filled_at = models.DateTimeField()
+    duration_s = models.FloatField(default=0)  # the last run's time for this team and step
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "step_s"],
+                                               name="fleet_fill_once")]

@@ -1,0 +1,207 @@
+"""Fleet rollups: each team's chart figures per closed display bucket, stored ahead of the page
+views (telemetry.FleetBucket), so the team dashboard reads at most ~300 rows per range instead
+of aggregating up to 1.4 M per-GPU rollup rows on every request
+(greenops.telemetry.fleet.team_fleet_series reads them).
+
+`fill` (beat: dashboards.tasks.fill_fleet_rollups, rollups queue) keeps, per team of more than
+MAX_GPU_SERIES GPUs and per display step of the ranges the page offers (GRIDS), every closed
+bucket of the last range span stored, computed by the same statement the live path runs
+(fleet.bucket_figures) from the per-GPU rollups. It only reads what ingest already wrote: the
+ingest path does no extra work. Which buckets a run recomputes:
+- new buckets: closed (ended GRACE before the run) since the previous run;
+- the lookback: every stored bucket from late.reach(previous run's start), the hours a batch
+  may still change without being marked late (the KPI rollup's rule, greenops.telemetry.late);
+- older buckets whose data changed anyway (a replayed spool, a worker that was down, a host
+  deleted with its history): found by comparing each stored hour of the open UTC day with the
+  hour rollups, and each stored closed day with the day rollups (samples, GPUs, sum of GPU ids:
+  any batch adds samples), then recomputed at every step for that hour or day. No marks are
+  read (the KPI rollup deletes telemetry.LateHour rows as it consumes them).
+Partition drops: buckets at minute steps are kept only for the last day (DROP minute partitions
+are weeks older), hour and day rollups are never dropped, and a stored bucket is never
+recomputed from a period retention removed: stored figures stay exact across drops.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from greenops.charts import MAX_POINTS
+from greenops.teams.models import Team
+from greenops.telemetry import late
+from greenops.telemetry.fleet import bucket_figures, display_step_s
+from greenops.telemetry.models import FleetBucket, FleetFill
+from greenops.telemetry.queries import MAX_GPU_SERIES, RANGES, RESOLUTION, team_gpus
+from greenops.windows import DAY, ceil, floor
+
+log = logging.getLogger(__name__)
+
+# A bucket is stored once it ended this long before the run: an agent sends every 10 s and a
+# batch waits in the ingest queue, so the newest minutes still fill; the lookback recomputes
+# them at the next runs anyway, this only keeps the page's stored figures from lagging behind.
+GRACE = dt.timedelta(minutes=2)
+
+
+@dataclass(frozen=True)
+class Grid:
+    step_s: int
+    resolution: str  # the rollup it is computed from
+    keep: dt.timedelta  # how far back buckets are kept: the longest range drawn at this step
+
+    @property
+    def step(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.step_s)
+
+
+def _grids() -> dict[int, Grid]:
+    out: dict[int, Grid] = {}
+    for key, (resolution, source_step) in RESOLUTION.items():
+        span = RANGES[key].span
+        step_s = display_step_s(span.total_seconds(), int(source_step.total_seconds()),
+                                MAX_POINTS)
+        keep = span + dt.timedelta(seconds=step_s)
+        old = out.get(step_s)
+        if old is not None and old.resolution != resolution:
+            raise RuntimeError(f"two rollups for display step {step_s} s")
+        out[step_s] = Grid(step_s, resolution, max(keep, old.keep) if old else keep)
+    return out
+
+
+GRIDS = _grids()  # today: 60 s and 300 s (minute), 3,600 s and 3 h (hour), 1 day (day)
+# The grids whose buckets are exactly one hour and one day: their stored fingerprints are
+# compared with the hour and day rollups to find late changes.
+HOUR_GRID, DAY_GRID = GRIDS.get(3600), GRIDS.get(86400)
+
+
+def _fingerprints(table: str, gpu_ids: list[int], start: dt.datetime,
+                  end: dt.datetime) -> dict[dt.datetime, tuple[int, int, int]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT bucket, sum(samples), count(*), sum(gpu_id) FROM {table} "
+            "WHERE gpu_id = ANY(%s) AND bucket >= %s AND bucket < %s GROUP BY bucket",
+            [gpu_ids, start, end])
+        return {b: (int(n), int(g), int(s)) for b, n, g, s in cursor.fetchall()}
+
+
+def changed_periods(team: Team, gpu_ids: list[int], fills: dict[int, FleetFill],
+                    now: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
+    """Hours of the open UTC day before the lookback, and closed days, whose rollups no longer
+    match the stored buckets' fingerprints: late data the lookback does not reach."""
+    out = []
+    checks = []
+    if DAY_GRID and DAY_GRID.step_s in fills:
+        f = fills[DAY_GRID.step_s]
+        checks.append(("telemetry_gpuday", DAY_GRID, f.start, f.until))
+    if HOUR_GRID and HOUR_GRID.step_s in fills:
+        f = fills[HOUR_GRID.step_s]
+        lo = max(f.start, floor(now, DAY) - DAY)
+        hi = min(f.until, late.reach(f.filled_at))
+        if lo < hi:
+            checks.append(("telemetry_gpuhour", HOUR_GRID, lo, hi))
+    for table, grid, lo, hi in checks:
+        rollups = _fingerprints(table, gpu_ids, lo, hi)
+        stored = {b: (n, g, s) for b, n, g, s in FleetBucket.objects.filter(
+            team=team, step_s=grid.step_s, bucket__gte=lo, bucket__lt=hi).values_list(
+            "bucket", "samples", "n_gpus", "gpu_id_sum")}
+        for bucket in sorted(set(rollups) | set(stored)):
+            if rollups.get(bucket, (0, 0, 0)) != stored.get(bucket, (0, 0, 0)):
+                out.append((bucket, bucket + grid.step))
+    return out
+
+
+def _store(team: Team, grid: Grid, gpu_ids: list[int], start: dt.datetime,
+           end: dt.datetime) -> int:
+    """Recompute and replace the stored buckets in [start, end) (multiples of the step)."""
+    if start >= end:
+        return 0
+    figures = bucket_figures(gpu_ids, grid.resolution, start, end, grid.step_s, with_ids=True)
+    rows = []
+    k = int(start.timestamp()) // grid.step_s
+    while k * grid.step_s < end.timestamp():
+        m, p10, p90, power, rep, us, un, ps, pn, e, sim, n = figures.rows.get(
+            k, [None, None, None, None, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0])
+        bits = figures.gpu_bits.get(k, 0)
+        ids = figures.gpu_ids.get(k, [])
+        rows.append(FleetBucket(
+            team=team, step_s=grid.step_s, bucket=dt.datetime.fromtimestamp(
+                k * grid.step_s, dt.UTC),
+            util_mean=m, util_p10=p10, util_p90=p90, power_w=power, power_gpus=rep,
+            util_sum=us, util_n=un, power_sum_w=ps, power_n=pn, energy_j=e,
+            simulated_samples=sim, samples=n,
+            gpu_bits=bits.to_bytes((bits.bit_length() + 7) // 8, "little"),
+            n_gpus=len(ids), gpu_id_sum=sum(ids),
+            energy_j_by_host={str(h): v for h, v in figures.host_energy.get(k, {}).items()}))
+        k += 1
+    FleetBucket.objects.filter(team=team, step_s=grid.step_s, bucket__gte=start,
+                               bucket__lt=end).delete()
+    FleetBucket.objects.bulk_create(rows, batch_size=500)
+    return len(rows)
+
+
+def _merge(periods: list[tuple[dt.datetime, dt.datetime]]) -> list[tuple[dt.datetime, dt.datetime]]:
+    out: list[list[dt.datetime]] = []
+    for lo, hi in sorted(periods):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def fill_team(team: Team, now: dt.datetime | None = None) -> dict:
+    """Bring one team's fleet rollups up to date; returns what was recomputed per step."""
+    now = now or timezone.now()
+    gpus = team_gpus(team)
+    if len(gpus) <= MAX_GPU_SERIES:  # the page draws per-GPU lines live: nothing to store
+        FleetFill.objects.filter(team=team).delete()
+        FleetBucket.objects.filter(team=team).delete()
+        return {}
+    gpu_ids = sorted(g.id for g in gpus)
+    fills = {f.step_s: f for f in FleetFill.objects.filter(team=team)}
+    changed = changed_periods(team, gpu_ids, fills, now)
+    done = {}
+    for grid in GRIDS.values():
+        t0 = time.perf_counter()
+        step = grid.step
+        want_start = floor(now - grid.keep, step)
+        until = floor(now - GRACE, step)
+        fill = fills.get(grid.step_s)
+        periods = []
+        if fill is None or fill.start > want_start or fill.until <= want_start:
+            periods.append((want_start, until))  # first run, or too far behind: all of it
+        else:
+            redo_from = max(fill.start, floor(min(late.reach(fill.filled_at), fill.until),
+                                              step))
+            periods.append((redo_from, until))
+            periods += [(max(lo, fill.start), min(hi, fill.until)) for lo, hi in changed]
+        # Whole buckets (a changed hour inside a 3-hour bucket recomputes the bucket), within
+        # what is kept and closed.
+        periods = [(max(floor(lo, step), want_start), min(ceil(hi, step), until))
+                   for lo, hi in periods]
+        stored = 0
+        with transaction.atomic():
+            for lo, hi in _merge([(lo, hi) for lo, hi in periods if lo < hi]):
+                stored += _store(team, grid, gpu_ids, lo, hi)
+            FleetBucket.objects.filter(team=team, step_s=grid.step_s,
+                                       bucket__lt=want_start).delete()
+            FleetFill.objects.update_or_create(
+                team=team, step_s=grid.step_s,
+                defaults={"start": want_start, "until": until, "filled_at": now,
+                          "duration_s": time.perf_counter() - t0})
+        done[grid.step_s] = {"buckets": stored, "s": round(time.perf_counter() - t0, 3)}
+    return done
+
+
+def fill(now: dt.datetime | None = None) -> dict:
+    """Every team's fleet rollups (PostgreSQL: SQLite installs keep computing charts live)."""
+    if connection.vendor != "postgresql":
+        return {}
+    out = {}
+    for team in Team.objects.filter(hosts__isnull=False).distinct().order_by("id"):
+        out[team.slug] = fill_team(team, now)
+    return out
