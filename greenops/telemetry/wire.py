@@ -194,7 +194,8 @@ def check_range(name: str, arr: np.ndarray, lo: float, hi: float) -> None:
         bad = (arr < lo) | (arr > hi)
     if bad.any():
         i = int(np.argmax(bad))
-        raise invalid(f"samples.{name}[{i}]", f"{arr[i]!r} is outside [{lo:g}, {hi:g}]")
+        # float(): under numpy 2 the repr of a numpy scalar is "np.float64(-0.5)".
+        raise invalid(f"samples.{name}[{i}]", f"{float(arr[i])!r} is outside [{lo:g}, {hi:g}]")
 
 
 def distinct_timestamps(values: list, n: int, now_s: float, max_age_s: float,
