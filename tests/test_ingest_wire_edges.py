@@ -693,6 +693,28 @@ def test_gpus_sharing_an_instant_in_any_order_are_distinct():
         assert b.gpu_index.tolist() == gpus, (ts, gpus)
 
 
+def test_a_tick_major_batch_is_proven_unique_without_sorting():
+    """Agents send tick-major batches (every GPU once per tick, in index order). For those one
+    O(n) comparison of (ts, gpu) keys proves no (GPU, instant) repeats; sorting (np.unique) is
+    for any other order. Ingest keeps up with COPY only through the first, so it is pinned
+    here: two GPUs at the ends of the index range, ticks 1 s apart, and the smallest batch that
+    has a pair to compare (two samples)."""
+    t = NOW - 10
+    batches = [doc_of(6, ts=[t, t, t + 1, t + 1, t + 2, t + 2], gpu_index=[0, 1023] * 3),
+               doc_of(2, ts=[t, t], gpu_index=[0, 1])]
+
+    def no_sorting(*args, **kwargs):
+        raise AssertionError("np.unique called for a tick-major batch")
+
+    real = np.unique
+    np.unique = no_sorting
+    try:
+        parsed = [parse(doc) for doc in batches]
+    finally:
+        np.unique = real
+    assert [b.gpu_index.tolist() for b in parsed] == [[0, 1023] * 3, [0, 1]]
+
+
 def test_keys_unique_directly():
     # Relative microseconds and GPU indices as the parser hands them over.
     ts = np.array([10, 10, 20, 20], dtype=np.int64)
