@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Sum
 
 from greenops.telemetry import ingest
-from greenops.telemetry.models import Gpu, GpuMinute, GpuSample, IngestBatch
+from greenops.telemetry.models import Gpu, GpuDay, GpuHour, GpuMinute, GpuSample, IngestBatch
 from tests.conftest import gz, make_batch, make_host
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
@@ -159,3 +159,56 @@ def test_a_draining_task_stores_batches_that_arrive_meanwhile(team, settings, mo
     assert set(IngestBatch.objects.values_list("status", flat=True)) == {"done"}
     assert GpuSample.objects.count() == 4 * 10
     assert key_seen[:3] == [True, True, True] and not ingest._redis().exists(ingest.KICK_KEY)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_of_new_samples_credits_each_batch_and_folds_hours_from_minutes(team):
+    """Every staged sample new: each batch is credited all its samples without the crediting
+    join, and the hour and day rollups, folded from the group's minutes, equal the samples'
+    own sums, maxima and minute counts -- two minutes an hour, an hour boundary inside a batch."""
+    host, _ = make_host(team, name="group-hours", gpus=2)
+    now = int(time.time())
+    h = now // 3600 * 3600
+    if now - h < 120:  # the samples below must all lie in the past
+        h -= 3600
+    util = {0: [90.0, 80.0, 70.0, 60.0, 50.0, 40.0], 1: [3.0, 2.0, 4.0, 1.0, 2.0, 3.0]}
+    power = {0: [300.0, 310.0, 290.0, 305.0, 295.0, 280.0],
+             1: [60.0, 61.0, 62.0, 59.0, 58.0, 57.0]}
+    ids = []
+    for k in range(3):  # samples every 30 s from h-90 to h+60, two per GPU per batch
+        doc = make_batch(n_per_gpu=2, start=float(h - 90 + 60 * k), step=30.0)
+        cols = doc["samples"]
+        cols["util_pct"] = [util[g][2 * k + i] for g in (0, 1) for i in range(2)]
+        cols["power_w"] = [power[g][2 * k + i] for g in (0, 1) for i in range(2)]
+        ids.append(pend(host, doc))
+
+    assert ingest.process_pending(ids[0]) == 4
+    credited = dict(IngestBatch.objects.values_list("id", "inserted"))
+    assert [credited[uuid.UUID(i)] for i in ids] == [4, 4, 4]
+
+    gpu = {g.index: g.id for g in Gpu.objects.filter(host=host)}
+    hour = {(r.gpu_id, int(r.bucket.timestamp())): r for r in GpuHour.objects.all()}
+    # Hour before h: h-90 (minute h-120) and h-60, h-30 (minute h-60); batch 2 crosses into
+    # hour h: h, h+30 (minute h) and h+60 (minute h+60). Two minutes per hour, so an hour's
+    # maximum is the max of its minutes' maxima, not their sum. GPU 1's minutes average 3, 3,
+    # 1.5 and 3 %: all idle (< 5 %).
+    want = {(0, h - 3600): (3, 240.0, 90.0, 310.0, 2, 0), (0, h): (3, 150.0, 60.0, 305.0, 2, 0),
+            (1, h - 3600): (3, 9.0, 4.0, 62.0, 2, 2), (1, h): (3, 6.0, 3.0, 59.0, 2, 2)}
+    for (index, bucket), figures in want.items():
+        r = hour[(gpu[index], bucket)]
+        assert (r.samples, r.util_sum, r.util_max, r.power_max_w, r.util_minutes,
+                r.idle_minutes) == figures
+        assert r.util_n == r.power_n == 3
+        assert r.power_sum_w == sum(power[index][:3] if bucket < h else power[index][3:])
+    days = {(r.gpu_id, int(r.bucket.timestamp())): r for r in GpuDay.objects.all()}
+    if h % 86400:  # both hours in one day: the day holds all six samples and both minutes
+        want_day = {0: (6, 390.0, 90.0, 310.0, 4, 0), 1: (6, 15.0, 4.0, 62.0, 4, 4)}
+        for index, figures in want_day.items():
+            r = days[(gpu[index], h // 86400 * 86400)]
+            assert (r.samples, r.util_sum, r.util_max, r.power_max_w, r.util_minutes,
+                    r.idle_minutes) == figures
+    else:  # h is midnight: the day before holds the first hour's figures, today the second's
+        for (index, bucket), figures in want.items():
+            r = days[(gpu[index], bucket // 86400 * 86400)]
+            assert (r.samples, r.util_sum, r.util_max, r.power_max_w, r.util_minutes,
+                    r.idle_minutes) == figures

@@ -50,36 +50,65 @@ SAMPLE_COLUMNS: list[tuple[str, str]] = [
 # nvmlClocksThrottleReason* bits, as the agent defines them (collectors/sources.py).
 THROTTLE_POWER_MASK = 0x4 | 0x80
 THROTTLE_THERMAL_MASK = 0x20 | 0x40
-_ROLLUP_NEW_COLUMNS = ("mem_util_sum, mem_util_n, pcie_tx_sum_kib_s, pcie_rx_sum_kib_s, pcie_n, "
-                       "throttle_n, power_capped_samples, thermal_samples, power_limit_min_w, "
-                       "sm_active_sum, sm_active_n, sm_occupancy_sum, sm_occupancy_n, "
-                       "tensor_active_sum, tensor_active_n, dram_active_sum, dram_active_n, "
-                       "nvlink_tx_sum_kib_s, nvlink_rx_sum_kib_s, nvlink_n, "
-                       "sm_clock_sum_mhz, sm_clock_n, mem_clock_sum_mhz, mem_clock_n")
-# Sum + count per bucket, merged by addition; a count of 0 is "not reported".
-_SUM_N = (("sm_active_sum", "sm_active_n"), ("sm_occupancy_sum", "sm_occupancy_n"),
-          ("tensor_active_sum", "tensor_active_n"), ("dram_active_sum", "dram_active_n"),
-          ("nvlink_tx_sum_kib_s", None), ("nvlink_rx_sum_kib_s", None), ("nvlink_n", None),
-          ("sm_clock_sum_mhz", "sm_clock_n"), ("mem_clock_sum_mhz", "mem_clock_n"))
-_ADDED = [c for pair in _SUM_N for c in pair if c]
+# Every rollup column: the aggregate that makes it from samples, and how two partial aggregates
+# of one bucket merge ("sum", "max" or "min"; NULL-skipping, as greatest/least are). A count of 0
+# is "not reported". The merge is what lets a batch fold into rows already there, and an hour or
+# day be made from the batch's minutes instead of from its samples again.
+_ROLLUP_BASE: list[tuple[str, str, str]] = [
+    ("samples", "count(*)", "sum"),
+    ("util_sum", "coalesce(sum(util_pct), 0)", "sum"),
+    ("util_n", "count(util_pct)", "sum"),
+    ("util_max", "max(util_pct)", "max"),
+    ("power_sum_w", "coalesce(sum(power_w), 0)", "sum"),
+    ("power_n", "count(power_w)", "sum"),
+    ("power_max_w", "max(power_w)", "max"),
+    ("mem_used_max_mib", "max(mem_used_mib)", "max"),
+    ("temp_max_c", "max(temp_c)", "max"),
+    ("energy_j", "coalesce(sum(energy_j), 0)", "sum"),
+    ("simulated_samples", "count(*) FILTER (WHERE simulated)", "sum"),
+]
+
+
+def _paired_sum(value: str, other: str) -> str:
+    """Sum of `value` over samples that report both halves of a pair (tx/rx)."""
+    return f"coalesce(sum(CASE WHEN {other} IS NOT NULL THEN {value} END), 0)"
+
+
+def _both(a: str, b: str) -> str:
+    return f"count(CASE WHEN {a} IS NOT NULL AND {b} IS NOT NULL THEN 1 END)"
+
+
+def _mean_parts(total: str, n: str, column: str) -> list[tuple[str, str, str]]:
+    return [(total, f"coalesce(sum({column}), 0)", "sum"), (n, f"count({column})", "sum")]
+
+
 # The same aggregates in both dialects (SQLite has no FILTER on old versions: use sum(case)).
-_ROLLUP_NEW_SELECT = f"""coalesce(sum(mem_util_pct), 0), count(mem_util_pct),
-        coalesce(sum(CASE WHEN pcie_rx_kib_s IS NOT NULL THEN pcie_tx_kib_s END), 0),
-        coalesce(sum(CASE WHEN pcie_tx_kib_s IS NOT NULL THEN pcie_rx_kib_s END), 0),
-        count(CASE WHEN pcie_tx_kib_s IS NOT NULL AND pcie_rx_kib_s IS NOT NULL THEN 1 END),
-        count(throttle_reasons),
-        coalesce(sum(CASE WHEN (throttle_reasons & {THROTTLE_POWER_MASK}) <> 0 THEN 1 END), 0),
-        coalesce(sum(CASE WHEN (throttle_reasons & {THROTTLE_THERMAL_MASK}) <> 0 THEN 1 END), 0),
-        min(power_limit_w),
-        coalesce(sum(sm_active_pct), 0), count(sm_active_pct),
-        coalesce(sum(sm_occupancy_pct), 0), count(sm_occupancy_pct),
-        coalesce(sum(tensor_active_pct), 0), count(tensor_active_pct),
-        coalesce(sum(dram_active_pct), 0), count(dram_active_pct),
-        coalesce(sum(CASE WHEN nvlink_rx_kib_s IS NOT NULL THEN nvlink_tx_kib_s END), 0),
-        coalesce(sum(CASE WHEN nvlink_tx_kib_s IS NOT NULL THEN nvlink_rx_kib_s END), 0),
-        count(CASE WHEN nvlink_tx_kib_s IS NOT NULL AND nvlink_rx_kib_s IS NOT NULL THEN 1 END),
-        coalesce(sum(sm_clock_mhz), 0), count(sm_clock_mhz),
-        coalesce(sum(mem_clock_mhz), 0), count(mem_clock_mhz)"""
+_ROLLUP_NEW: list[tuple[str, str, str]] = [
+    *_mean_parts("mem_util_sum", "mem_util_n", "mem_util_pct"),
+    ("pcie_tx_sum_kib_s", _paired_sum("pcie_tx_kib_s", "pcie_rx_kib_s"), "sum"),
+    ("pcie_rx_sum_kib_s", _paired_sum("pcie_rx_kib_s", "pcie_tx_kib_s"), "sum"),
+    ("pcie_n", _both("pcie_tx_kib_s", "pcie_rx_kib_s"), "sum"),
+    ("throttle_n", "count(throttle_reasons)", "sum"),
+    ("power_capped_samples",
+     f"coalesce(sum(CASE WHEN (throttle_reasons & {THROTTLE_POWER_MASK}) <> 0 THEN 1 END), 0)",
+     "sum"),
+    ("thermal_samples",
+     f"coalesce(sum(CASE WHEN (throttle_reasons & {THROTTLE_THERMAL_MASK}) <> 0 THEN 1 END), 0)",
+     "sum"),
+    ("power_limit_min_w", "min(power_limit_w)", "min"),
+    *_mean_parts("sm_active_sum", "sm_active_n", "sm_active_pct"),
+    *_mean_parts("sm_occupancy_sum", "sm_occupancy_n", "sm_occupancy_pct"),
+    *_mean_parts("tensor_active_sum", "tensor_active_n", "tensor_active_pct"),
+    *_mean_parts("dram_active_sum", "dram_active_n", "dram_active_pct"),
+    ("nvlink_tx_sum_kib_s", _paired_sum("nvlink_tx_kib_s", "nvlink_rx_kib_s"), "sum"),
+    ("nvlink_rx_sum_kib_s", _paired_sum("nvlink_rx_kib_s", "nvlink_tx_kib_s"), "sum"),
+    ("nvlink_n", _both("nvlink_tx_kib_s", "nvlink_rx_kib_s"), "sum"),
+    *_mean_parts("sm_clock_sum_mhz", "sm_clock_n", "sm_clock_mhz"),
+    *_mean_parts("mem_clock_sum_mhz", "mem_clock_n", "mem_clock_mhz"),
+]
+_ROLLUP_ALL = _ROLLUP_BASE + _ROLLUP_NEW
+_ROLLUP_NEW_COLUMNS = ", ".join(c for c, _, _ in _ROLLUP_NEW)
+_ROLLUP_NEW_SELECT = ",\n        ".join(e for _, e, _ in _ROLLUP_NEW)
 COLUMN_LIST = ", ".join(name for name, _ in SAMPLE_COLUMNS)
 
 
@@ -146,53 +175,38 @@ def copy_binary(values: dict, nulls: dict, n: int,
     return b"".join(parts)
 
 
-_ROLLUP_INSERT = f"""
-    INSERT INTO {{table}} AS r (gpu_id, bucket, samples, util_sum, util_n, util_max, power_sum_w,
-        power_n, power_max_w, mem_used_max_mib, temp_max_c, energy_j, simulated_samples,
-        {_ROLLUP_NEW_COLUMNS}{{counts_columns}})
-    SELECT gpu_id, date_trunc('{{unit}}', ts), count(*), coalesce(sum(util_pct), 0),
-        count(util_pct), max(util_pct), coalesce(sum(power_w), 0), count(power_w), max(power_w),
-        max(mem_used_mib), max(temp_c), coalesce(sum(energy_j), 0),
-        count(*) FILTER (WHERE simulated), {_ROLLUP_NEW_SELECT}{{counts_select}}
-    FROM ins{{counts_join}} GROUP BY 1, 2 ORDER BY 1, 2
-    ON CONFLICT (gpu_id, bucket) DO UPDATE SET
-        samples = r.samples + excluded.samples,
-        util_sum = r.util_sum + excluded.util_sum,
-        util_n = r.util_n + excluded.util_n,
-        util_max = greatest(r.util_max, excluded.util_max),
-        power_sum_w = r.power_sum_w + excluded.power_sum_w,
-        power_n = r.power_n + excluded.power_n,
-        power_max_w = greatest(r.power_max_w, excluded.power_max_w),
-        mem_used_max_mib = greatest(r.mem_used_max_mib, excluded.mem_used_max_mib),
-        temp_max_c = greatest(r.temp_max_c, excluded.temp_max_c),
-        energy_j = r.energy_j + excluded.energy_j,
-        simulated_samples = r.simulated_samples + excluded.simulated_samples,
-        mem_util_sum = r.mem_util_sum + excluded.mem_util_sum,
-        mem_util_n = r.mem_util_n + excluded.mem_util_n,
-        pcie_tx_sum_kib_s = r.pcie_tx_sum_kib_s + excluded.pcie_tx_sum_kib_s,
-        pcie_rx_sum_kib_s = r.pcie_rx_sum_kib_s + excluded.pcie_rx_sum_kib_s,
-        pcie_n = r.pcie_n + excluded.pcie_n,
-        throttle_n = r.throttle_n + excluded.throttle_n,
-        power_capped_samples = r.power_capped_samples + excluded.power_capped_samples,
-        thermal_samples = r.thermal_samples + excluded.thermal_samples,
-        power_limit_min_w = least(r.power_limit_min_w, excluded.power_limit_min_w),
-        {", ".join(f"{c} = r.{c} + excluded.{c}" for c in _ADDED)}{{counts_set}}
-    RETURNING {{returning}}
-"""
+_MERGE_SET = {"sum": "{c} = r.{c} + excluded.{c}", "max": "{c} = greatest(r.{c}, excluded.{c})",
+              "min": "{c} = least(r.{c}, excluded.{c})"}
+_ROLLUP_COLUMNS = ", ".join(c for c, _, _ in _ROLLUP_ALL)
+
+# The batch's samples aggregated once, per GPU and minute; the minute, hour and day rollups are
+# all folded from these rows (an hour's sum is the sum of its minutes' sums, its max the max of
+# their maxes), so the samples are read once, not once per rollup table.
+_AGG = ("SELECT gpu_id, date_trunc('minute', ts) AS bucket, "
+        + ", ".join(f"{expr} AS {c}" for c, expr, _ in _ROLLUP_ALL)
+        + " FROM ins GROUP BY 1, 2")
 
 
-def rollup_insert(table: str, unit: str, counts: bool = False, returning: str = "1") -> str:
-    """The INSERT ... ON CONFLICT folding the `ins` rows into one rollup table. `counts`: the
-    hour/day tables, which also add up the changes of their minutes' util/idle state (the
-    `flips` CTE of _PG_MOVE, joined to the first sample of each minute so it counts once)."""
-    return _ROLLUP_INSERT.format(
-        table=table, unit=unit, returning=returning,
-        counts_columns=", util_minutes, idle_minutes" if counts else "",
-        counts_select=", coalesce(sum(f_util), 0), coalesce(sum(f_idle), 0)" if counts else "",
-        counts_join=" LEFT JOIN flips ON f_gpu = gpu_id AND f_ts = ts" if counts else "",
-        counts_set=(",\n        util_minutes = r.util_minutes + excluded.util_minutes,"
-                    "\n        idle_minutes = r.idle_minutes + excluded.idle_minutes")
-        if counts else "")
+def rollup_upsert(table: str, unit: str, returning: str = "1") -> str:
+    """The INSERT ... ON CONFLICT folding the `agg` minutes into one rollup table. The hour and
+    day tables also add up the changes of their minutes' util/idle state (the `flips` CTE)."""
+    sets = ",\n        ".join(_MERGE_SET[merge].format(c=c) for c, _, merge in _ROLLUP_ALL)
+    if unit == "minute":
+        return (f"INSERT INTO {table} AS r (gpu_id, bucket, {_ROLLUP_COLUMNS})\n"
+                f"    SELECT gpu_id, bucket, {_ROLLUP_COLUMNS} FROM agg ORDER BY 1, 2\n"
+                f"    ON CONFLICT (gpu_id, bucket) DO UPDATE SET\n        {sets}\n"
+                f"    RETURNING {returning}")
+    merged = ", ".join(f"{merge}({c})" for c, _, merge in _ROLLUP_ALL)
+    return (f"INSERT INTO {table} AS r (gpu_id, bucket, {_ROLLUP_COLUMNS}, util_minutes, "
+            f"idle_minutes)\n"
+            f"    SELECT gpu_id, date_trunc('{unit}', bucket), {merged}, "
+            f"coalesce(sum(f_util), 0), coalesce(sum(f_idle), 0)\n"
+            f"    FROM agg LEFT JOIN flips ON f_gpu = gpu_id AND f_bucket = bucket\n"
+            f"    GROUP BY 1, 2 ORDER BY 1, 2\n"
+            f"    ON CONFLICT (gpu_id, bucket) DO UPDATE SET\n        {sets},\n"
+            f"        util_minutes = r.util_minutes + excluded.util_minutes,\n"
+            f"        idle_minutes = r.idle_minutes + excluded.idle_minutes\n"
+            f"    RETURNING {returning}")
 
 
 # A GPU-minute is idle when its mean utilisation is under this (greenops.costs.accounting uses
@@ -204,21 +218,18 @@ IDLE_UTIL_PCT = 5.0
 # count less the samples added (nothing else wrote it meanwhile); else, under a concurrent
 # writer, the new row less what this statement added.
 _FLIPS = f"""
-), added AS (
-    SELECT gpu_id, date_trunc('minute', ts) AS bucket, min(ts) AS first_ts,
-        coalesce(sum(util_pct), 0) AS s, count(util_pct) AS n
-    FROM ins GROUP BY 1, 2
 ), before AS (
     SELECT o.gpu_id, o.bucket, o.util_sum, o.util_n FROM telemetry_gpuminute o
-    WHERE (o.gpu_id, o.bucket) IN (SELECT gpu_id, bucket FROM added)
+    WHERE (o.gpu_id, o.bucket) IN (SELECT gpu_id, bucket FROM agg)
 ), flips AS (
-    SELECT m.gpu_id AS f_gpu, a.first_ts AS f_ts,
-        (m.util_n > 0)::int - (m.util_n - a.n > 0)::int AS f_util,
+    SELECT m.gpu_id AS f_gpu, m.bucket AS f_bucket,
+        (m.util_n > 0)::int - (m.util_n - a.util_n > 0)::int AS f_util,
         (m.util_n > 0 AND m.util_sum < m.util_n * {IDLE_UTIL_PCT})::int
-        - (CASE WHEN m.util_n - a.n = 0 THEN false
-                WHEN b.util_n = m.util_n - a.n THEN b.util_sum < b.util_n * {IDLE_UTIL_PCT}
-                ELSE m.util_sum - a.s < (m.util_n - a.n) * {IDLE_UTIL_PCT} END)::int AS f_idle
-    FROM m JOIN added a ON a.gpu_id = m.gpu_id AND a.bucket = m.bucket
+        - (CASE WHEN m.util_n - a.util_n = 0 THEN false
+                WHEN b.util_n = m.util_n - a.util_n THEN b.util_sum < b.util_n * {IDLE_UTIL_PCT}
+                ELSE m.util_sum - a.util_sum < (m.util_n - a.util_n) * {IDLE_UTIL_PCT}
+           END)::int AS f_idle
+    FROM m JOIN agg a ON a.gpu_id = m.gpu_id AND a.bucket = m.bucket
     LEFT JOIN before b ON b.gpu_id = m.gpu_id AND b.bucket = m.bucket"""
 
 _PG_MOVE = f"""
@@ -230,10 +241,11 @@ WITH ins AS (
         mem_util_pct, pcie_tx_kib_s, pcie_rx_kib_s, throttle_reasons, power_limit_w,
         sm_active_pct, sm_occupancy_pct, tensor_active_pct, dram_active_pct, nvlink_tx_kib_s,
         nvlink_rx_kib_s, sm_clock_mhz, mem_clock_mhz
-), m AS ({rollup_insert("telemetry_gpuminute", "minute",
+), agg AS ({_AGG}
+), m AS ({rollup_upsert("telemetry_gpuminute", "minute",
                        returning="r.gpu_id, r.bucket, r.util_sum, r.util_n")}{_FLIPS}
-), h AS ({rollup_insert("telemetry_gpuhour", "hour", counts=True)}
-), d AS ({rollup_insert("telemetry_gpuday", "day", counts=True)}
+), h AS ({rollup_upsert("telemetry_gpuhour", "hour")}
+), d AS ({rollup_upsert("telemetry_gpuday", "day")}
 )
 SELECT count(*) FROM ins
 """
@@ -281,6 +293,19 @@ def _ensure_stage(cursor) -> None:
         _staged_connections.add(raw)
 
 
+def server_bound_cursor():
+    """A Django cursor (wrapped: errors, query log, atomic bookkeeping) over a psycopg cursor
+    that binds parameters on the server. Django's default client-side binding quoted a request's
+    body into the SQL text in Python, a sixth of the request's CPU; here it travels as one binary
+    parameter. And psycopg prepares a statement it has run five times on a connection, so the
+    big statements of the ingest path are planned once per connection, not per batch (planning
+    the group statement took longer than running it for a small group)."""
+    import psycopg
+
+    connection.ensure_connection()
+    return connection._prepare_cursor(psycopg.Cursor(connection.connection))
+
+
 def _store_postgres(values: dict, nulls: dict, n: int) -> int:
     payload = copy_binary(values, nulls, n)
     with transaction.atomic(), connection.cursor() as cursor:
@@ -304,9 +329,14 @@ _PG_GROUP_MOVE = _PG_MOVE.replace(
     """, credited AS (
     SELECT DISTINCT ON (s.gpu_id, s.ts) s.batch_no
     FROM ins JOIN gpusample_group_stage s ON s.gpu_id = ins.gpu_id AND s.ts = ins.ts
+    WHERE (SELECT count(*) FROM ins) < %(staged)s
     ORDER BY s.gpu_id, s.ts, s.batch_no
 )
-SELECT batch_no, count(*) FROM credited GROUP BY batch_no""")
+SELECT batch_no, count(*) FROM credited GROUP BY batch_no
+UNION ALL SELECT -1, count(*) FROM ins""")
+# The crediting join (ins against the stage, sorted) runs only when some staged sample was not
+# inserted -- a resend, or two batches of the group carrying the same sample. When every staged
+# sample went in, each batch is credited all of its samples, which is what the join would say.
 
 
 def store_group(parts: list[tuple[dict, dict, int]]) -> list[int]:
@@ -331,14 +361,17 @@ def store_group(parts: list[tuple[dict, dict, int]]) -> list[int]:
     payload = copy_binary(values, nulls, total, GROUP_COLUMNS)
     group_list = ", ".join(name for name, _ in GROUP_COLUMNS)
     inserted = [0] * len(parts)
-    with connection.cursor() as cursor:
+    with server_bound_cursor() as cursor:
         _ensure_stage(cursor)
         copy_sql = f"COPY gpusample_group_stage ({group_list}) FROM STDIN (FORMAT BINARY)"
         with cursor.copy(copy_sql) as cp:
             cp.write(payload)
-        cursor.execute(_PG_GROUP_MOVE)
+        cursor.execute(_PG_GROUP_MOVE, {"staged": total})
         for batch_no, count in cursor.fetchall():
-            inserted[batch_no] = count
+            if batch_no >= 0:
+                inserted[batch_no] = count
+            elif count == total:  # every staged sample went in: the join was skipped
+                inserted = [n for _, _, n in parts]
     return inserted
 
 
@@ -371,13 +404,7 @@ _SQLITE_ROLLUP = f"""
         power_n = excluded.power_n, power_max_w = excluded.power_max_w,
         mem_used_max_mib = excluded.mem_used_max_mib, temp_max_c = excluded.temp_max_c,
         energy_j = excluded.energy_j, simulated_samples = excluded.simulated_samples,
-        mem_util_sum = excluded.mem_util_sum, mem_util_n = excluded.mem_util_n,
-        pcie_tx_sum_kib_s = excluded.pcie_tx_sum_kib_s,
-        pcie_rx_sum_kib_s = excluded.pcie_rx_sum_kib_s, pcie_n = excluded.pcie_n,
-        throttle_n = excluded.throttle_n, power_capped_samples = excluded.power_capped_samples,
-        thermal_samples = excluded.thermal_samples,
-        power_limit_min_w = excluded.power_limit_min_w,
-        {", ".join(f"{c} = excluded.{c}" for c in _ADDED)}
+        {", ".join(f"{c} = excluded.{c}" for c, _, _ in _ROLLUP_NEW)}
 """
 
 
