@@ -70,12 +70,29 @@ def _step_label(step_s: int) -> str:
     return "minute" if step_s == 60 else f"{step_s // 60} minutes"
 
 
+# Hosts the energy chart stacks one by one; past that the hosts using the most energy in the
+# range are drawn and the rest stacked as one "N other hosts" bar (125 stacked hosts are 125
+# legend entries nobody reads and, at 300 points each, megabytes of page).
+MAX_HOST_BARS = 8
+
+
+def host_bars(by_host: dict[str, list[float]]) -> list[tuple[str, list[float]]]:
+    """(name, kWh per bucket) to stack: every host, or the MAX_HOST_BARS hosts with the most
+    energy over the range (by name) then the others' sum. Bar heights are unchanged."""
+    if len(by_host) <= MAX_HOST_BARS + 1:
+        return list(by_host.items())
+    top = sorted(sorted(by_host, key=lambda h: -sum(by_host[h]))[:MAX_HOST_BARS])
+    rest = [kwh for host, kwh in by_host.items() if host not in set(top)]
+    other = [sum(values) for values in zip(*rest, strict=True)]
+    return [(host, by_host[host]) for host in top] + [(f"{len(rest)} other hosts", other)]
+
+
 def energy(fs: dict) -> dict:
     """GPU energy per display bucket, stacked by host: a bar's height is the fleet's kWh."""
     data = [{"type": "bar", "name": host, "x": fs["t"], "y": [round(v, 6) for v in kwh],
              "marker": {"color": colour(i)},
              "hovertemplate": "%{y:,.4g} kWh<extra>" + host + "</extra>"}
-            for i, (host, kwh) in enumerate(fs["energy_kwh_by_host"].items())]
+            for i, (host, kwh) in enumerate(host_bars(fs["energy_kwh_by_host"]))]
     title = f"GPU energy per {_step_label(fs['step_s'])}{_sim(fs['simulated'])}"
     return {"data": data, "layout": layout(title, barmode="stack", yaxis=axis("kWh"))}
 

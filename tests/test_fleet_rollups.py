@@ -223,3 +223,38 @@ def test_fill_task_runs_on_the_rollups_queue(settings):
         "dashboards.tasks.fill_fleet_rollups"
     assert lock_ttl_s("dashboards.tasks.fill_fleet_rollups") > 600
     assert connection.vendor == "postgresql"
+
+
+def test_energy_chart_stacks_the_top_hosts_and_the_rest_as_one_bar():
+    """10 hosts: the 8 using the most energy drawn by name, the 2 least as '2 other hosts'
+    whose bar is their sum; a bucket's stacked height stays the fleet's kWh."""
+    from dashboards.figures import MAX_HOST_BARS, energy, host_bars
+
+    assert MAX_HOST_BARS == 8
+    by_host = {f"h{i}": [float(i), 1.0] for i in range(10)}  # h0 and h1 use the least
+    bars = host_bars(by_host)
+    assert [name for name, _ in bars] == [f"h{i}" for i in range(2, 10)] + ["2 other hosts"]
+    assert bars[-1][1] == [0.0 + 1.0, 2.0]
+    assert sum(kwh[0] for _, kwh in bars) == sum(v[0] for v in by_host.values())
+    # 9 hosts fit: no "other" bar.
+    nine = {k: v for k, v in list(by_host.items())[:9]}
+    assert [name for name, _ in host_bars(nine)] == list(nine)
+    fig = energy({"t": ["a", "b"], "step_s": 300, "simulated": False,
+                  "energy_kwh_by_host": by_host})
+    assert len(fig["data"]) == 9 and fig["data"][-1]["name"] == "2 other hosts"
+
+
+def test_figure_script_escapes_like_json_script():
+    import json
+
+    from django.utils.html import json_script
+
+    from dashboards.templatetags.figures import figure_script
+
+    spec = {"name": "</script><b>&", "y": [1.5, None, 2]}
+    ours = str(figure_script(spec, "fig-x"))
+    assert "</script><b>" not in ours.split(">", 1)[1].rsplit("<", 1)[0]
+    body = ours.split(">", 1)[1].rsplit("</script>", 1)[0]
+    django_body = str(json_script(spec, "fig-x")).split(">", 1)[1].rsplit("</script>", 1)[0]
+    assert json.loads(body) == json.loads(django_body) == spec
+    assert ours.startswith('<script id="fig-x" type="application/json">')

@@ -7,6 +7,7 @@ import math
 import re
 from urllib.parse import urlsplit
 
+import orjson
 from django import template
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
@@ -68,3 +69,14 @@ def sources(value: str | None, autoescape: bool = True) -> str:
         pos = m.start() + len(url)
     out.append(esc(value[pos:]))
     return mark_safe("".join(str(p) for p in out))  # noqa: S308 -- every part escaped above
+
+
+@register.filter
+def figure_script(value, element_id: str) -> str:
+    """Django's json_script for the chart specs, serialised by orjson and escaped with
+    str.replace: a 1,000-GPU page's specs are ~0.3 MB, where json_script's str.translate took
+    ~35 ms a page. Same escapes (<, >, & as \\u003C, \\u003E, \\u0026), same <script> element."""
+    text = (orjson.dumps(value).decode().replace("<", "\\u003C").replace(">", "\\u003E")
+            .replace("&", "\\u0026"))
+    return format_html('<script id="{}" type="application/json">{}</script>', element_id,
+                       mark_safe(text))

@@ -11,6 +11,7 @@ import datetime as dt
 import math
 from collections import defaultdict
 
+import numpy as np
 from django.db import connection
 
 from greenops.charts import MAX_POINTS
@@ -61,7 +62,8 @@ def fleet_series(gpus: list[Gpu], range_key: str, now: dt.datetime | None = None
     resolution, step_s, start, end, n_buckets = grid(range_key, now, max_points)
     if len(gpus) > MAX_GPU_SERIES and connection.vendor == "postgresql":
         figures = bucket_figures([g.id for g in gpus], resolution, start, end, step_s)
-        return assemble(gpus, range_key, resolution, start, end, step_s, figures,
+        return assemble(len(gpus), {g.host_id: g.host.name for g in gpus}, range_key,
+                        resolution, start, end, step_s, figures,
                         gpus_reporting=figures.reporting)
     t0 = start.timestamp()
     by_id = {g.id: g for g in gpus}
@@ -123,25 +125,28 @@ def team_fleet_series(team: Team, range_key: str, now: dt.datetime | None = None
     computing only the buckets after them (the still-filling one, and any the fill task has
     not stored yet) from the rollups. Without stored buckets covering the chart's start (new
     install, SQLite, a team of MAX_GPU_SERIES GPUs or fewer) it is fleet_series itself."""
-    gpus = team_gpus(team)
+    # Ids and host names only: 1,000 Gpu objects cost more than the stored rows.
+    gpus = list(Gpu.objects.filter(host__team=team).values_list("id", "host_id", "host__name"))
     if len(gpus) <= MAX_GPU_SERIES or connection.vendor != "postgresql":
-        return fleet_series(gpus, range_key, now)
-    resolution, step_s, start, end, n_buckets = grid(range_key, now)
+        return fleet_series(team_gpus(team), range_key, now)
+    gpu_ids = [gpu_id for gpu_id, _, _ in gpus]
+    host_name = {host_id: name for _, host_id, name in gpus}
+    resolution, step_s, start, end, _ = grid(range_key, now)
     fill = FleetFill.objects.filter(team=team, step_s=step_s, start__lte=start).first()
     if fill is None or fill.until <= start:
-        return fleet_series(gpus, range_key, now)
+        figures = bucket_figures(gpu_ids, resolution, start, end, step_s)
+        return assemble(len(gpus), host_name, range_key, resolution, start, end, step_s,
+                        figures, gpus_reporting=figures.reporting)
     until = min(fill.until, end)
     stored = BucketFigures.from_rows(
         FleetBucket.objects.filter(team=team, step_s=step_s, bucket__gte=start, bucket__lt=until)
         .order_by("bucket").values_list(*BucketFigures.COLUMNS), step_s)
     expected = round((until - start).total_seconds() / step_s)
     if len(stored.rows) != expected:  # a gap (rows deleted by hand): never draw it as empty
-        return fleet_series(gpus, range_key, now)
+        return fleet_series(team_gpus(team), range_key, now)
     if until < end:
-        tail = bucket_figures([g.id for g in gpus], resolution, until, end, step_s,
-                              with_ids=True)
-        stored.extend(tail)
-    return assemble(gpus, range_key, resolution, start, end, step_s, stored,
+        stored.extend(bucket_figures(gpu_ids, resolution, until, end, step_s, with_ids=True))
+    return assemble(len(gpus), host_name, range_key, resolution, start, end, step_s, stored,
                     gpus_reporting=stored.reporting_count())
 
 
@@ -153,13 +158,14 @@ class BucketFigures:
 
     COLUMNS = ("bucket", "util_mean", "util_p10", "util_p90", "power_w", "power_gpus",
                "util_sum", "util_n", "power_sum_w", "power_n", "energy_j",
-               "simulated_samples", "samples", "gpu_bits", "energy_j_by_host")
+               "simulated_samples", "samples", "gpu_bits", "host_ids", "host_energy_j")
 
     def __init__(self, step_s: int) -> None:
         self.step_s = step_s
         # k -> [mean, p10, p90, power, power_gpus, us, un, ps, pn, e, sim, n]
         self.rows: dict[int, list] = {}
-        self.host_energy: dict[int, dict[int, float]] = {}  # k -> {host id: joules}
+        # k -> (host ids, their joules): numpy arrays (int32, float64)
+        self.host_energy: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.gpu_bits: dict[int, int] = {}  # k -> bitmap of Gpu ids
         self.gpu_ids: dict[int, list[int]] = {}  # k -> Gpu ids (from the rollups only)
         self.reporting: int | None = None
@@ -167,11 +173,12 @@ class BucketFigures:
     @classmethod
     def from_rows(cls, rows, step_s: int) -> BucketFigures:
         out = cls(step_s)
-        for bucket, *figures, bits, by_host in rows:
+        for bucket, *figures, bits, host_ids, energy_j in rows:
             k = int(bucket.timestamp()) // step_s
             out.rows[k] = figures
             out.gpu_bits[k] = int.from_bytes(bytes(bits), "little")
-            out.host_energy[k] = {int(h): e for h, e in by_host.items()}
+            out.host_energy[k] = (np.frombuffer(bytes(host_ids), "<i4"),
+                                  np.frombuffer(bytes(energy_j), "<f8"))
         return out
 
     def extend(self, other: BucketFigures) -> None:
@@ -238,6 +245,7 @@ def bucket_figures(gpu_ids: list[int], resolution: str, start: dt.datetime, end:
                             ids="array_agg(gpu_id)" if with_ids else "NULL::bigint[]",
                             reporting="" if with_ids else _REPORTING_SQL)
     out = BucketFigures(step_s)
+    by_host: dict[int, dict[int, float]] = defaultdict(dict)
     with connection.cursor() as cursor:
         cursor.execute(sql, {"gpus": gpu_ids, "start": start, "end": end, "step": step_s})
         rows = cursor.fetchall()
@@ -248,26 +256,30 @@ def bucket_figures(gpu_ids: list[int], resolution: str, start: dt.datetime, end:
                 out.gpu_ids[k] = figures[12]
                 out.gpu_bits[k] = gpu_bitmap(figures[12])
         elif kind == 1:
-            out.host_energy.setdefault(k, {})[int(figures[0])] = figures[1]
+            by_host[k][int(figures[0])] = figures[1]
         else:
             out.reporting = k
+    for k, energy in by_host.items():
+        ids = sorted(energy)
+        out.host_energy[k] = (np.array(ids, "<i4"), np.array([energy[h] for h in ids], "<f8"))
     return out
 
 
-def assemble(gpus: list[Gpu], range_key: str, resolution: str, start: dt.datetime,
-             end: dt.datetime, step_s: int, figures: BucketFigures, gpus_reporting: int) -> dict:
-    """fleet_series' fleet view from per-bucket figures, however they were obtained: the totals
-    add the buckets' sums in bucket order, so stored and live figures give the same totals."""
+def assemble(n_gpus: int, host_name: dict[int, str], range_key: str, resolution: str,
+             start: dt.datetime, end: dt.datetime, step_s: int, figures: BucketFigures,
+             gpus_reporting: int) -> dict:
+    """fleet_series' fleet view of n_gpus GPUs (on the hosts named in host_name) from per-bucket
+    figures, however they were obtained: the totals add the buckets' sums in bucket order, so
+    stored and live figures give the same totals."""
     n_buckets = math.ceil((end - start).total_seconds() / step_s)
     k0 = int(start.timestamp()) // step_s
-    host_name = {g.host_id: g.host.name for g in gpus}
     mean: list[float | None] = [None] * n_buckets
     p10: list[float | None] = [None] * n_buckets
     p90: list[float | None] = [None] * n_buckets
     power: list[float | None] = [None] * n_buckets
     reporting = [0] * n_buckets
-    energy_by_host: dict[str, list[float]] = defaultdict(lambda: [0.0] * n_buckets)
     sums = [0.0] * 7  # us, un, ps, pn, e, sim, n
+    drawn = []  # (bucket index in the chart, k) of the buckets with figures
     for k in sorted(figures.rows):
         i = k - k0
         if not 0 <= i < n_buckets:
@@ -282,13 +294,28 @@ def assemble(gpus: list[Gpu], range_key: str, resolution: str, start: dt.datetim
         reporting[i] = rep
         for j, v in enumerate(bucket_sums):
             sums[j] += v or 0
-        for host_id, e in sorted(figures.host_energy.get(k, {}).items()):
-            if host_id in host_name:
-                energy_by_host[host_name[host_id]][i] += e / J_PER_KWH
+        drawn.append((i, k))
     us, un, ps, pn, e, sim, n = sums
+    # Energy per host and bucket: one matrix (hosts x buckets) filled in one assignment.
+    host_ids = sorted(host_name)
+    row_of = np.full(max(host_ids, default=0) + 1, -1)
+    row_of[host_ids] = np.arange(len(host_ids))
+    kwh = np.zeros((len(host_ids), n_buckets))
+    seen = np.zeros(len(host_ids), bool)
+    parts = [(i, figures.host_energy[k]) for i, k in drawn if k in figures.host_energy]
+    if parts:
+        ids = np.concatenate([p[1][0] for p in parts]).astype(np.int64)
+        joules = np.concatenate([p[1][1] for p in parts])
+        cols = np.repeat([p[0] for p in parts], [len(p[1][0]) for p in parts])
+        known = ids < len(row_of)
+        rows = np.full(len(ids), -1)
+        rows[known] = row_of[ids[known]]
+        mine = rows >= 0  # hosts no longer in the team: not drawn
+        kwh[rows[mine], cols[mine]] = joules[mine] / J_PER_KWH
+        seen[rows[mine]] = True
     t = [dt.datetime.fromtimestamp((k0 + i) * step_s, dt.UTC).isoformat()
          for i in range(n_buckets)]
-    totals = {"gpus": len(gpus), "gpus_reporting": gpus_reporting,
+    totals = {"gpus": n_gpus, "gpus_reporting": gpus_reporting,
               "energy_kwh": e / J_PER_KWH,
               "avg_util_pct": us / un if un else None,
               "avg_power_w": ps / pn if pn else None,
@@ -296,8 +323,9 @@ def assemble(gpus: list[Gpu], range_key: str, resolution: str, start: dt.datetim
     return {"range": range_key, "label": RANGES[range_key].label, "resolution": resolution,
             "start": start.isoformat(), "end": end.isoformat(), "step_s": step_s, "t": t,
             "simulated": sim > 0, "totals": totals,
-            "energy_kwh_by_host": dict(sorted(energy_by_host.items())), "grouping": "fleet",
-            "util_mean_pct": mean, "util_p10_pct": p10, "util_p90_pct": p90,
+            "energy_kwh_by_host": dict(sorted(
+                (host_name[h], kwh[j].tolist()) for j, h in enumerate(host_ids) if seen[j])),
+            "grouping": "fleet", "util_mean_pct": mean, "util_p10_pct": p10, "util_p90_pct": p90,
             "power_w": power, "gpus_reporting": reporting}
 
 

@@ -28,6 +28,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+import numpy as np
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -126,6 +127,7 @@ def _store(team: Team, grid: Grid, gpu_ids: list[int], start: dt.datetime,
         m, p10, p90, power, rep, us, un, ps, pn, e, sim, n = figures.rows.get(
             k, [None, None, None, None, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0])
         bits = figures.gpu_bits.get(k, 0)
+        host_ids, energy_j = figures.host_energy.get(k, (np.zeros(0), np.zeros(0)))
         ids = figures.gpu_ids.get(k, [])
         rows.append(FleetBucket(
             team=team, step_s=grid.step_s, bucket=dt.datetime.fromtimestamp(
@@ -135,7 +137,8 @@ def _store(team: Team, grid: Grid, gpu_ids: list[int], start: dt.datetime,
             simulated_samples=sim, samples=n,
             gpu_bits=bits.to_bytes((bits.bit_length() + 7) // 8, "little"),
             n_gpus=len(ids), gpu_id_sum=sum(ids),
-            energy_j_by_host={str(h): v for h, v in figures.host_energy.get(k, {}).items()}))
+            host_ids=host_ids.astype("<i4").tobytes(),
+            host_energy_j=energy_j.astype("<f8").tobytes()))
         k += 1
     FleetBucket.objects.filter(team=team, step_s=grid.step_s, bucket__gte=start,
                                bucket__lt=end).delete()
