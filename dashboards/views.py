@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -20,6 +20,9 @@ from greenops.teams.permissions import team_permission
 from greenops.telemetry import fleet, host_samples
 from greenops.telemetry.models import Host
 from greenops.telemetry.queries import RANGES
+
+# Hosts the team home lists (offline first); a 125-host fleet's table is on the Hosts page.
+HOME_HOSTS = 20
 
 
 @login_required
@@ -38,8 +41,12 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     days = headline.daily_by_workload(team, key, now)
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
     # them separately). GPUs counted in SQL: a 1,000-GPU team need not load 1,000 Gpu objects.
-    hosts = list(team.hosts.filter(removed_at__isnull=True).annotate(n_gpus=Count("gpus"))
-                 .order_by("name"))
+    # At most HOME_HOSTS rows, offline ones first (what needs a look); the Hosts page has all.
+    current = team.hosts.filter(removed_at__isnull=True)
+    offline = Q(last_seen__isnull=True) | Q(last_seen__lt=now - timedelta(seconds=120))
+    hosts = list(current.annotate(n_gpus=Count("gpus"), offline=ExpressionWrapper(
+        offline, output_field=BooleanField())).order_by("-offline", "name")[:HOME_HOSTS])
+    n_hosts = current.count() if len(hosts) == HOME_HOSTS else len(hosts)
     # The cost figures: this hour's snapshot (beat takes them), else computed once per window
     # for the whole page and stored for the next views.
     usage = headline.page_usage(team, now)
@@ -57,6 +64,7 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
                 days, "co2e_kg", "Carbon per day by workload", "kg CO2e", ",.3g"),
         },
         "hosts": hosts,
+        "n_hosts": n_hosts,
         "ranges": RANGES,
         "range_key": key,
         "now": now,

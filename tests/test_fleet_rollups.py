@@ -258,3 +258,25 @@ def test_figure_script_escapes_like_json_script():
     django_body = str(json_script(spec, "fig-x")).split(">", 1)[1].rsplit("</script>", 1)[0]
     assert json.loads(body) == json.loads(django_body) == spec
     assert ours.startswith('<script id="fig-x" type="application/json">')
+
+
+def test_team_home_lists_twenty_hosts_offline_first(client, users, team):
+    """25 hosts, 3 of them offline: the home's table shows 20 rows, the 3 offline first, and
+    says how many there are with a link to the Hosts page."""
+    import re
+
+    from django.utils import timezone
+
+    from greenops.telemetry.models import Host
+
+    for i in range(25):
+        make_host(team, f"n-{i:02d}", gpus=1)
+    Host.objects.filter(team=team).exclude(name__in=["n-07", "n-13", "n-21"]).update(
+        last_seen=timezone.now())
+    client.force_login(users["member"])
+    html = client.get(f"/teams/{team.slug}/").content.decode()
+    table = html.split('id="hosts"', 1)[1].split("</table>", 1)[0]
+    names = re.findall(r">(n-\d\d)</a>", table)
+    assert names[:3] == ["n-07", "n-13", "n-21"] and len(names) == 20
+    assert names[3:] == [f"n-{i:02d}" for i in range(25) if i not in (7, 13, 21)][:17]
+    assert "Showing 20 of 25 hosts" in html and f"/teams/{team.slug}/hosts/" in html
