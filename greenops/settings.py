@@ -133,6 +133,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Agents' sample batches skip the rest (sessions, CSRF, ...): greenops/api/fastpath.py.
+    "greenops.api.fastpath.SamplesFastPath",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
