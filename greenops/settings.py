@@ -205,6 +205,10 @@ INGEST_MAX_SAMPLES = envint("INGEST_MAX_SAMPLES", 100_000)
 INGEST_MAX_DECOMPRESSED_BYTES = envint("INGEST_MAX_DECOMPRESSED_BYTES", 64 * 1024 * 1024)
 INGEST_MAX_FUTURE_S = envint("INGEST_MAX_FUTURE_S", 300)
 INGEST_MAX_AGE_S = envint("INGEST_MAX_AGE_S", 30 * 86400)
+# Group commit: a draining ingest worker waits this long between groups that did not fill, so
+# batches arriving meanwhile share one transaction (greenops/telemetry/ingest.py). Adds at most
+# this much to the time from 202 to stored; 0 claims again at once.
+INGEST_GROUP_WAIT_S = envfloat("INGEST_GROUP_WAIT_S", 0.05)
 # Storage over time (greenops/telemetry/partitions.py): raw samples kept N days (PostgreSQL: one
 # partition per UTC day), minute rollups N weeks (one partition per ISO week); hour and day
 # rollups are kept forever. 0 keeps a table forever. Raw days should exceed INGEST_MAX_AGE_S:

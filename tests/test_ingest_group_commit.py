@@ -212,3 +212,52 @@ def test_a_group_of_new_samples_credits_each_batch_and_folds_hours_from_minutes(
             r = days[(gpu[index], bucket // 86400 * 86400)]
             assert (r.samples, r.util_sum, r.util_max, r.power_max_w, r.util_minutes,
                     r.idle_minutes) == figures
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("wait_s", [0.05, 0.0])
+def test_a_draining_task_waits_so_arrivals_share_one_group(team, settings, monkeypatch, wait_s):
+    """Group commit's wait: after a group that did not fill, a draining task waits
+    INGEST_GROUP_WAIT_S, so three batches committed meanwhile are stored by one transaction
+    instead of one each. With the wait at 0 it claims again at once (and finds them one by one
+    here, as they arrive between its claims)."""
+    from greenops.telemetry import tasks
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs Redis")
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.INGEST_GROUP_WAIT_S = wait_s
+    monkeypatch.setattr(tasks.store_batch, "apply_async", lambda args, **kw: None)
+    host, _ = make_host(team, name="gather", gpus=2)
+    t0 = float(int(time.time()) - 600)
+    first = pend(host, make_batch(n_per_gpu=5, start=t0))
+    arrivals = [make_batch(n_per_gpu=5, start=t0 + 5 * (i + 1)) for i in range(3)]
+    waits: list[float] = []
+    claims: list[int] = []
+    real_store_group = ingest._store_group
+
+    def arrive() -> None:
+        if arrivals:
+            pend(host, arrivals.pop(0))
+
+    def sleep(seconds: float) -> None:  # the agents' requests land while the task waits
+        waits.append(seconds)
+        while arrivals:
+            arrive()
+
+    def store_group(mine):
+        result = real_store_group(mine)
+        claims.append(result[1])
+        if not wait_s:
+            arrive()  # no wait: one batch lands between two claims
+        return result
+
+    monkeypatch.setattr(ingest.time, "sleep", sleep)
+    monkeypatch.setattr(ingest, "_store_group", store_group)
+    ingest._redis().set(ingest.KICK_KEY, first, ex=ingest.KICK_TTL_S)
+    assert ingest.process_pending(first) == 10
+    assert GpuSample.objects.count() == 4 * 10
+    if wait_s:
+        assert waits[0] == 0.05 and claims[:2] == [1, 3]
+    else:
+        assert waits == [] and claims[:4] == [1, 1, 1, 1]
