@@ -8,10 +8,14 @@ samples are what an audit of a figure goes back to.
 
 from __future__ import annotations
 
-import pytest
+import time
 
-from greenops.telemetry.models import EnergyMethod, GpuSample
-from tests.conftest import make_batch
+import pytest
+from django.db import connection
+
+from greenops.telemetry import ingest
+from greenops.telemetry.models import EnergyMethod, GpuMinute, GpuSample, IngestBatch
+from tests.conftest import gz, make_batch
 
 
 @pytest.mark.django_db
@@ -40,3 +44,29 @@ def test_raw_columns_keep_their_nulls_and_methods(host, post_batch):
         None, EnergyMethod.POWER, EnergyMethod.POWER]
     assert [rows[1, i].energy_j for i in range(3)] == [None, 210.0, 210.0]
     assert all(rows[k].util_pct == 50.0 + k[0] and rows[k].temp_c == 60.0 for k in rows)
+
+
+@pytest.mark.django_db(transaction=True)  # as in the worker: the group's stage empties at commit
+def test_a_group_mixing_batches_with_and_without_a_column_stores_nulls_for_the_second(host):
+    """One group commit, two batches of one host: the first reports memory utilisation (a
+    DCGM-era agent), the second does not. The second's samples keep NULL there, not 0 %, and the
+    minute's mean is over the first's two samples only."""
+    if connection.vendor != "postgresql":
+        pytest.skip("group commit is the PostgreSQL path")
+    h, _ = host
+    t0 = float(int(time.time()) // 60 * 60 - 120)  # a whole minute, two minutes ago
+    with_col = make_batch(n_per_gpu=2, start=t0)
+    with_col["samples"]["mem_util_pct"] = [30.0, 31.0, 40.0, 41.0]  # GPU 0 x2, GPU 1 x2
+    without = make_batch(n_per_gpu=2, start=t0 + 2)
+    for doc in (with_col, without):
+        IngestBatch.objects.create(id=doc["batch_id"], host=h, n_samples=4, payload=gz(doc),
+                                   gzip_encoded=True)
+
+    assert ingest.process_pending(with_col["batch_id"]) == 4
+    assert set(IngestBatch.objects.values_list("inserted", flat=True)) == {4}
+    raw = {(s.gpu.index, int(s.ts.timestamp() - t0)): s.mem_util_pct
+           for s in GpuSample.objects.filter(gpu__host=h).select_related("gpu")}
+    assert raw == {(0, 0): 30.0, (0, 1): 31.0, (1, 0): 40.0, (1, 1): 41.0,
+                   (0, 2): None, (0, 3): None, (1, 2): None, (1, 3): None}
+    minute = GpuMinute.objects.get(gpu__host=h, gpu__index=0)
+    assert (minute.samples, minute.mem_util_sum, minute.mem_util_n) == (4, 61.0, 2)

@@ -351,12 +351,9 @@ def store_group(parts: list[tuple[dict, dict, int]]) -> list[int]:
     values["batch_no"] = np.concatenate(
         [np.full(n, i, dtype=np.int32) for i, (_, _, n) in enumerate(parts)]
     )
-    nulls = {}
-    for name in names:
-        if any(name in nl for _, nl, _ in parts):
-            nulls[name] = np.concatenate(
-                [nl.get(name, np.zeros(n, dtype=bool)) for _, nl, n in parts]
-            )
+    # batch_columns gives every batch the same null masks (a column the agent did not send is
+    # all NaN, so all null), so the group's masks are the batches' masks end to end.
+    nulls = {name: np.concatenate([nl[name] for _, nl, _ in parts]) for name in parts[0][1]}
     total = int(values["batch_no"].size)
     payload = copy_binary(values, nulls, total, GROUP_COLUMNS)
     group_list = ", ".join(name for name, _ in GROUP_COLUMNS)
