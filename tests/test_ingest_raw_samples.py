@@ -9,6 +9,7 @@ samples are what an audit of a figure goes back to.
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from django.db import connection
@@ -70,3 +71,20 @@ def test_a_group_mixing_batches_with_and_without_a_column_stores_nulls_for_the_s
                    (0, 2): None, (0, 3): None, (1, 2): None, (1, 3): None}
     minute = GpuMinute.objects.get(gpu__host=h, gpu__index=0)
     assert (minute.samples, minute.mem_util_sum, minute.mem_util_n) == (4, 61.0, 2)
+
+
+@pytest.mark.django_db
+def test_a_batch_overlapping_stored_samples_is_credited_only_its_new_ones(host, post_batch):
+    """A resend that overlaps: batch B repeats the last two seconds of A and adds two more, per
+    GPU. Its IngestBatch row is credited 2 x 2 = 4 new samples (the crediting join's count for
+    the group's first and only batch), the raw table holds each (gpu, ts) once."""
+    h, token = host
+    t0 = float(int(time.time()) - 120)
+    a = make_batch(n_per_gpu=4, start=t0)  # t0 .. t0+3
+    b = make_batch(n_per_gpu=4, start=t0 + 2)  # t0+2 .. t0+5: two repeated, two new per GPU
+    assert post_batch(token, a).status_code == 202
+    assert post_batch(token, b).status_code == 202
+    credited = dict(IngestBatch.objects.values_list("id", "inserted"))
+    assert credited[uuid.UUID(a["batch_id"])] == 8
+    assert credited[uuid.UUID(b["batch_id"])] == 4
+    assert GpuSample.objects.filter(gpu__host=h).count() == 12
