@@ -7,9 +7,21 @@ to fail on the mutant it names (tests/mutation/SURVIVORS.md, cost-accounting sec
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
+from types import SimpleNamespace
 
-from greenops.costs.accounting import existing_hours
-from greenops.telemetry.models import Host
+import pytest
+
+from greenops.costs.accounting import collect, cost_of, existing_hours, in_force, team_costs
+from greenops.costs.catalog import HourlyPrice, PriceProblem
+from greenops.costs.models import Price, PricePeriod
+from greenops.energy import HourEnergy, ItEnergy
+from greenops.telemetry.models import GpuMinute, Host
+from greenops.workloads.models import TrainingJob, Workload
+from tests.conftest import make_host
+from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
+
+J_PER_KWH = 3_600_000
 
 T0 = dt.datetime(2026, 11, 1, 0, 0, tzinfo=dt.UTC)
 
@@ -26,3 +38,232 @@ def test_owned_hours_run_from_the_enrolment_hour_to_the_removal():
     # Removed one minute into 04:00: it existed in part of that hour, which counts.
     host.removed_at = h(4) + dt.timedelta(minutes=1)
     assert existing_hours(host, h(0), h(6)) == {h(1), h(2), h(3), h(4)}
+
+
+DEC, JAN, FEB = (dt.datetime(2025, 12, 1, tzinfo=dt.UTC), dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+                 dt.datetime(2026, 2, 1, tzinfo=dt.UTC))
+
+
+def offer_history() -> list[PricePeriod]:
+    """An offer at $40/h in December, $30/h in January, $20/h from February on (still)."""
+    return [PricePeriod(usd_per_hour=Decimal("40"), valid_from=DEC, valid_to=JAN, source="dec"),
+            PricePeriod(usd_per_hour=Decimal("30"), valid_from=JAN, valid_to=FEB, source="jan"),
+            PricePeriod(usd_per_hour=Decimal("20"), valid_from=FEB, valid_to=None, source="feb")]
+
+
+def current() -> HourlyPrice:
+    return HourlyPrice(usd_per_hour=20.0, option="on_demand", source="catalog", as_of=FEB,
+                       stale=False, price=Price(usd_per_hour=Decimal("20")))
+
+
+def test_the_price_in_force_is_the_period_holding_the_hours_start():
+    mid_jan = JAN + dt.timedelta(days=14, hours=3)
+    found = in_force(current(), offer_history(), mid_jan)
+    # January's period, not December's (also started before the hour) nor the current one.
+    assert found.usd_per_hour == 30.0 and isinstance(found.usd_per_hour, float)
+    assert found.as_of == JAN and found.price is None
+    assert found.source == "jan (in force 2026-01-01 to 2026-02-01)"
+    assert (found.option, found.stale) == ("on_demand", False)
+    # Its first hour is in it; the hour its successor starts is not (periods are [from, to)).
+    assert in_force(current(), offer_history(), JAN).usd_per_hour == 30.0
+    last_dec = JAN - dt.timedelta(hours=1)
+    assert in_force(current(), offer_history(), last_dec).usd_per_hour == 40.0
+    # In the open period the current price is returned as it is (its Price row kept).
+    now = current()
+    assert in_force(now, offer_history(), FEB) is now
+
+
+def test_before_the_first_period_the_earliest_recorded_price_applies_labelled_so():
+    found = in_force(current(), offer_history(), DEC - dt.timedelta(days=3))
+    assert found.usd_per_hour == 40.0 and found.as_of == DEC
+    assert found.source == "dec (earliest recorded price, in force 2025-12-01 to 2026-01-01)"
+
+
+def test_one_recorded_period_or_no_price_passes_the_answer_through():
+    now = current()
+    assert in_force(now, offer_history()[:1], JAN) is now
+    # Two are a history already: January's hours keep January's price.
+    assert in_force(now, offer_history()[1:], JAN).usd_per_hour == 30.0
+    problem = PriceProblem("missing_price", "h: no price")
+    assert in_force(problem, offer_history(), JAN + dt.timedelta(days=3)) is problem
+
+
+def test_the_labelled_source_is_cut_to_the_300_characters_a_source_holds():
+    periods = offer_history()
+    periods[1].source = "s" * 290
+    found = in_force(current(), periods, JAN)
+    assert found.source == ("s" * 290 + " (in force 2026-01-01 to 2026-02-01)")[:300]
+    assert len(found.source) == 300
+
+
+# cost_of, fed by hand: the set's energy per (host, hour) and a price and site factors that
+# say exactly what each hour costs, so every figure below is plain arithmetic.
+
+
+def old_host(team, name: str = "gpu-node-1", **fields) -> Host:
+    """A 2-GPU host enrolled long before T0 (created_at is auto_now_add: set it after)."""
+    host, _ = make_host(team, name)
+    Host.objects.filter(pk=host.pk).update(created_at=T0 - dt.timedelta(days=90), **fields)
+    host.refresh_from_db()
+    return host
+
+
+def energy_of(start, end, hosts, hours=None, linked=1) -> ItEnergy:
+    """One GPU (`linked`) of each 2-GPU host; hours: {(host, bucket): IT energy in kWh}."""
+    return ItEnergy(start, end, hosts={h.id: h for h in hosts},
+                    linked_gpus={h.id: linked for h in hosts},
+                    host_gpu_count={h.id: 2 for h in hosts},
+                    hours={(host.id, b): HourEnergy(gpu_energy_j=kwh * 0.8 * J_PER_KWH,
+                                                    cpu_ram_energy_j=kwh * 0.2 * J_PER_KWH)
+                           for (host, b), kwh in (hours or {}).items()})
+
+
+def pue_by_hour(pues: dict):
+    return lambda host, hour: SimpleNamespace(pue=pues[hour])
+
+
+def test_owned_hardware_bills_each_owned_part_hour_plus_electricity_at_each_hours_pue(team):
+    """On premises, $10/h hardware, $0.20/kWh; the set is 1 of the host's 2 GPUs (share 0.5).
+    Window 00:15-02:00: owned hours 00:00 (0.75 of it inside) and 01:00 (whole), both billed
+    though the host ran only in 00:00 (a minute at 00:30).
+      hardware    = (0.75 + 1) h x $10 x 0.5                 = $8.75
+      electricity = 1 kWh x PUE 1.5 x 0.20 + 2 kWh x 1.25 x 0.20 = 0.30 + 0.50 = $0.80
+    The 01:00 hour's price is stale: the source names both, the stale one labelled."""
+    host = old_host(team, provider="on_prem", purchase_option="on_prem")
+    GpuMinute.objects.create(gpu=host.gpus.get(index=0), bucket=h(0.5), samples=1,
+                             util_sum=50.0, util_n=1, energy_j=1.0)
+    prices = {h(0): HourlyPrice(10.0, "on_prem", "hw-a", None, False, 0.20),
+              h(1): HourlyPrice(10.0, "on_prem", "hw-b", None, True, 0.20)}
+    energy = energy_of(h(0.25), h(2), [host], {(host, h(0)): 1.0, (host, h(1)): 2.0})
+    cost = cost_of(energy, lambda host, hour: prices[hour], pue_by_hour({h(0): 1.5, h(1): 1.25}))
+    line = cost.hosts[host.id]
+    assert line.share == 0.5
+    assert line.running_hours == pytest.approx(0.75)  # ran in 00:00, 0.75 of it in the window
+    assert line.billed_hours == pytest.approx(1.75)
+    assert line.hardware_usd == pytest.approx(8.75)
+    assert line.electricity_usd == pytest.approx(0.80)
+    assert line.price is prices[h(1)] and line.problem is None
+    assert cost.cost_usd == pytest.approx(9.55) and cost.problems == []
+    assert cost.source == "hw-a; hw-b (stale)"
+
+
+def test_a_host_with_no_price_makes_the_whole_cost_unknown_and_is_named(team):
+    """Two on-demand hosts ran (energy in 00:00); the price answers nothing (None) for both:
+    no total, each named once, in name order, with the generic missing-price problem."""
+    b = old_host(team, "b-node")
+    a = old_host(team, "a-node")
+    energy = energy_of(h(0), h(1), [b, a], {(b, h(0)): 1.0, (a, h(0)): 1.0})
+    cost = cost_of(energy, lambda host, hour: None, pue_by_hour({h(0): 1.0}))
+    assert cost.cost_usd is None
+    assert cost.source == "no price for a-node, b-node"
+    assert cost.problems == ["b-node: no price", "a-node: no price"]  # host id order
+    assert cost.hosts[a.id].problem == PriceProblem("missing_price", "a-node: no price")
+    assert cost.hosts[a.id].cost_usd is None
+
+
+def test_an_uncommitted_host_that_neither_ran_nor_used_energy_needs_no_price(team):
+    """On demand, in the window but idle and without energy: nothing billed, the price never
+    asked, so a missing price is no problem and the cost is a known $0."""
+    host = old_host(team)
+    asked = []
+    energy = energy_of(h(0), h(2), [host])
+    cost = cost_of(energy, lambda host, hour: asked.append(hour), pue_by_hour({}))
+    assert asked == [] and cost.cost_usd == 0.0 and cost.problems == []
+    assert cost.hosts[host.id].billed_hours == 0.0
+
+
+METHOD = ("host-hours the host ran (any GPU reporting) x the price of its purchase option in "
+          "force in each hour; commitments and owned hardware billed for every hour of the "
+          "window the host existed; on premises plus electricity (GPU + CPU/RAM energy x PUE x "
+          "$/kWh); the KPI pages use the same model")
+
+
+def test_the_costs_page_figures_of_one_day_whole(team):
+    """Lookback 1 day ending 06:00 (END). p4d on demand at $10/h (2 GPUs): GPU 0 at 80 % and
+    GPU 1 at 2 % in the last 2 hours. Cost 2 h x $10 = $20; GPU 1's 120 idle minutes are 2 idle
+    GPU-hours at $10 / 2 GPUs = $10; energy 2 x 0.3 + 2 x 0.06 = 0.72 kWh. The workload holds
+    GPU 0: 2 GPU-hours, 2 h x $10 x 1/2 = $10. Training jobs: those that ran in the window."""
+    host, _ = make_host(team)
+    enrolled(host, END - dt.timedelta(days=90))
+    g0, g1 = host.gpus.order_by("index")
+    add_hours(g0, 2, 80.0)
+    add_hours(g1, 2, 2.0, kwh_per_hour=0.06)
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "10")
+    w = Workload.objects.create(team=team, name="trainer", kind="training")
+    w.gpus.add(g0)
+    start = END - dt.timedelta(days=1)
+
+    def job(name, started, stopped):
+        return TrainingJob.objects.create(team=team, workload=w, name=name, started_at=started,
+                                          stopped_at=stopped, gpu_hours=1.5, cost_usd=7.5,
+                                          cost_source="jobs")
+
+    stopped = job("stopped", END - dt.timedelta(hours=3), END - dt.timedelta(hours=1))
+    job("before the window", start - dt.timedelta(hours=5), start - dt.timedelta(seconds=1))
+    edge = job("stopped at the window's start", start - dt.timedelta(hours=5), start)
+    running = job("running", END - dt.timedelta(hours=2), None)
+    job("after the window", END, None)
+
+    out = team_costs(collect(team, 1, NOW))
+    [row] = out["hosts"]
+    assert row.pop("energy_kwh") == pytest.approx(0.72)
+    assert row == {
+        "host": "gpu-node-1", "host_id": host.id, "instance_type": "p4d.24xlarge",
+        "region": "us-east-1", "purchase_option": "on_demand", "running_hours": 2,
+        "billed_hours": 2, "cost_usd": 20.0, "electricity_usd": 0.0, "idle_gpu_hours": 2.0,
+        "idle_cost_usd": 10.0, "usd_per_hour": 10.0, "price_source": "test",
+        "price_as_of": (NOW - dt.timedelta(days=1)).isoformat(), "price_stale": False,
+        "problem": None, "problem_code": None}
+    jobs = sorted(out.pop("training_jobs"), key=lambda j: j["id"])
+    assert jobs == [
+        {"id": j.id, "name": j.name, "workload": "trainer", "running": j.stopped_at is None,
+         "started_at": j.started_at.isoformat(), "gpu_hours": 1.5, "cost_usd": 7.5,
+         "cost_source": "jobs"} for j in (stopped, edge, running)]
+    del out["hosts"]
+    assert out == {
+        "team": team.slug, "lookback_days": 1, "start": start.isoformat(),
+        "end": END.isoformat(), "method": METHOD, "total_cost_usd": 20.0,
+        "priced_cost_usd": 20.0, "idle_cost_usd": 10.0, "idle_threshold_pct": 5.0,
+        "stale_prices": False, "problems": [],
+        "workloads": [{"slug": w.slug, "name": "trainer", "kind": "training", "gpu_hours": 2,
+                       "cost_usd": 10.0}]}
+
+
+def test_a_host_without_a_price_leaves_the_priced_sum_and_names_the_problem(team):
+    """Host a (p4d, $10/h, price 100 days old: stale) ran 2 hours, GPU 1 idle: $20 and $10
+    idle. Host b (an instance type the catalog does not know) ran too: no total, the priced
+    sum and idle cost are a's alone, b's row says why, and stale prices are flagged."""
+    a, _ = make_host(team, "a-node")
+    b, _ = make_host(team, "b-node")
+    for host in (a, b):
+        enrolled(host, END - dt.timedelta(days=90))
+        g0, g1 = host.gpus.order_by("index")
+        add_hours(g0, 2, 80.0)
+        add_hours(g1, 2, 2.0, kwh_per_hour=0.06)
+    Host.objects.filter(pk=b.pk).update(instance_type="p9.mega")
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "10",
+              as_of=NOW - dt.timedelta(days=100))
+    out = team_costs(collect(team, 1, NOW))
+    assert out["total_cost_usd"] is None
+    assert out["priced_cost_usd"] == 20.0 and out["idle_cost_usd"] == 10.0
+    assert out["stale_prices"] is True
+    row_a, row_b = sorted(out["hosts"], key=lambda r: r["host"])
+    assert row_a["price_stale"] is True and row_a["problem"] is None
+    message = "'p9.mega' is not in the aws price catalog"
+    assert len(out["problems"]) == 1 and message in out["problems"][0]
+    assert row_b["problem"] == out["problems"][0]
+    assert row_b["problem_code"] == "unknown_instance_type"
+    assert (row_b["cost_usd"], row_b["idle_cost_usd"], row_b["usd_per_hour"],
+            row_b["price_source"], row_b["price_as_of"], row_b["price_stale"]) == (
+        None, None, None, None, None, None)
+    assert row_b["idle_gpu_hours"] == 2.0 and row_b["running_hours"] == 2
+
+
+def test_the_job_list_stops_at_100(team):
+    host, _ = make_host(team)
+    w = Workload.objects.create(team=team, name="sweep", kind="training")
+    TrainingJob.objects.bulk_create([
+        TrainingJob(team=team, workload=w, name=f"trial {i}",
+                    started_at=END - dt.timedelta(hours=1, minutes=i)) for i in range(101)])
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "10")
+    assert len(team_costs(collect(team, 1, NOW))["training_jobs"]) == 100
