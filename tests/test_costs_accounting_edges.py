@@ -12,11 +12,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from greenops.costs.accounting import collect, cost_of, existing_hours, in_force, team_costs
+from greenops.costs.accounting import (
+    GpuUsage,
+    collect,
+    cost_of,
+    existing_hours,
+    gpu_usage,
+    in_force,
+    team_costs,
+)
 from greenops.costs.catalog import HourlyPrice, PriceProblem
 from greenops.costs.models import Price, PricePeriod
 from greenops.energy import HourEnergy, ItEnergy
-from greenops.telemetry.models import GpuMinute, Host
+from greenops.telemetry.models import GpuHour, GpuMinute, Host
 from greenops.workloads.models import TrainingJob, Workload
 from tests.conftest import make_host
 from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
@@ -267,3 +275,95 @@ def test_the_job_list_stops_at_100(team):
                     started_at=END - dt.timedelta(hours=1, minutes=i)) for i in range(101)])
     set_price("p4d.24xlarge", "us-east-1", "on_demand", "10")
     assert len(team_costs(collect(team, 1, NOW))["training_jobs"]) == 100
+
+
+def test_idle_share_is_idle_minutes_over_reported_minutes_of_the_asked_hours():
+    """00:00: 60 minutes reported, 30 idle; 01:00: 60 reported, none idle."""
+    usage = GpuUsage(1, 1, minutes={h(0): (60, 30), h(1): (60, 0)})
+    assert usage.idle_share() == 0.25  # 30 / 120
+    assert usage.idle_share([h(0)]) == 0.5  # 30 / 60
+    assert usage.idle_share([h(0), h(5)]) == 0.5  # an hour without minutes adds nothing
+    assert usage.idle_share([h(5)]) is None  # nothing reported: unknown, not 0
+    assert GpuUsage(1, 1, minutes={h(0): (0, 0)}).idle_share() is None
+
+
+def hour_row(gpu, bucket, util_sum, util_n, counted=0, idle=0, samples=60):
+    GpuHour.objects.create(gpu=gpu, bucket=bucket, samples=samples, util_sum=util_sum,
+                           util_n=util_n, energy_j=1000.0 * (gpu.index + 1),
+                           mem_used_max_mib=500.0, util_minutes=counted, idle_minutes=idle)
+
+
+def minute_rows(gpu, hour, utils, util_n=1):
+    GpuMinute.objects.bulk_create([
+        GpuMinute(gpu=gpu, bucket=hour + dt.timedelta(minutes=m), samples=1,
+                  util_sum=u * util_n, util_n=util_n, energy_j=1.0)
+        for m, u in enumerate(utils)])
+
+
+@pytest.fixture
+def four_gpus(team):
+    """Hours 00:00-03:00 (h0..h2 inside the window, h3 after it).
+    g0: hour rows h0 (60 minutes counted by ingest, 45 idle; mean util 30 %) and h1 (a
+        utilisation but no minute counted: written by something else) and h3; minute rows:
+        10 at 8 % in h0, and in h1 20 at 1 % and 40 at 50 %.
+    g1: no hour row; minute rows in h2: 10 at 1 %, 20 at 50 %, one without a utilisation
+        (util_n 0), and 30 at 1 % in h3.
+    g2: hour row h0 counted (60, none idle); hour row h2 with no samples (ignored) though it
+        counts 60 idle minutes; 60 minute rows at 0 % in h1.
+    g3: hour row h0 with no utilisation reported (util_n 0) and no minute counted."""
+    host, _ = make_host(team, gpus=4)
+    g0, g1, g2, g3 = host.gpus.order_by("index")
+    hour_row(g0, h(0), 30.0 * 60, 60, counted=60, idle=45)
+    hour_row(g0, h(1), 20.0 * 60, 60)
+    hour_row(g0, h(3), 50.0 * 60, 60, counted=60, idle=60)
+    minute_rows(g0, h(0), [8.0] * 10)
+    minute_rows(g0, h(1), [1.0] * 20 + [50.0] * 40)
+    minute_rows(g1, h(2), [1.0] * 10 + [50.0] * 20)
+    GpuMinute.objects.create(gpu=g1, bucket=h(2) + dt.timedelta(minutes=45), samples=1,
+                             util_sum=0.0, util_n=0, energy_j=1.0)
+    minute_rows(g1, h(3), [1.0] * 30)
+    hour_row(g2, h(0), 40.0 * 60, 60, counted=60, idle=0)
+    hour_row(g2, h(2), 0.0, 0, counted=60, idle=60, samples=0)
+    minute_rows(g2, h(1), [0.0] * 60)
+    hour_row(g3, h(0), 0.0, 0)
+    return host, (g0, g1, g2, g3)
+
+
+def test_gpu_usage_reads_the_hours_counts_and_minutes_only_where_no_hour_counted(four_gpus):
+    host, (g0, g1, g2, g3) = four_gpus
+    usage = gpu_usage([host], h(0), h(3))
+    assert set(usage) == {g0.id, g1.id, g2.id, g3.id}
+    assert usage[g0.id].host_id == host.id
+    assert usage[g0.id].hours == {h(0): (30.0, 1000.0, 500.0), h(1): (20.0, 1000.0, 500.0)}
+    # h0 from the hour's counts (its 10 minute rows not counted again); h1 from its minutes.
+    assert usage[g0.id].minutes == {h(0): (60, 45), h(1): (60, 20)}
+    assert usage[g1.id].hours == {} and usage[g1.id].minutes == {h(2): (30, 10)}
+    # g2's hours all counted: its h1 minute rows are not read (the hour rollups are the
+    # record; minute rows without an hour row come from something other than ingest).
+    assert usage[g2.id].hours == {h(0): (40.0, 3000.0, 500.0)}
+    assert usage[g2.id].minutes == {h(0): (60, 0)}
+    assert usage[g3.id].hours == {h(0): (None, 4000.0, 500.0)} and usage[g3.id].minutes == {}
+    assert usage[g0.id].idle_minutes() == 65 and usage[g0.id].idle_hours() == 65 / 60
+
+
+def test_gpu_usage_at_another_threshold_or_in_part_hours_counts_minutes(four_gpus):
+    host, (g0, g1, g2, g3) = four_gpus
+    # At 10 %: every GPU's minutes from minute rows (the hour counts are at 5 %).
+    usage = gpu_usage([host], h(0), h(3), idle_threshold_pct=10.0)
+    assert usage[g0.id].minutes == {h(0): (10, 10), h(1): (60, 20)}
+    assert usage[g1.id].minutes == {h(2): (30, 10)}
+    assert usage[g2.id].minutes == {h(1): (60, 60)}
+    assert usage[g3.id].minutes == {}
+    # Window 00:30-03:00 at 5 %: minute rows again; g0's h0 minutes (00:00-00:09) are before it.
+    usage = gpu_usage([host], h(0.5), h(3))
+    assert usage[g0.id].minutes == {h(1): (60, 20)}
+    assert usage[g0.id].hours == {h(1): (20.0, 1000.0, 500.0)}
+    assert usage[g2.id].minutes == {h(1): (60, 60)} and g3.id not in usage
+
+
+def test_gpu_usage_of_gpus_whose_hours_all_counted_reads_no_minutes(team):
+    host, _ = make_host(team, gpus=1)
+    [g] = host.gpus.all()
+    hour_row(g, h(0), 40.0 * 60, 60, counted=60, idle=6)
+    minute_rows(g, h(1), [0.0] * 60)  # no hour row: not the ingest's, not read
+    assert gpu_usage([host], h(0), h(2))[g.id].minutes == {h(0): (60, 6)}
