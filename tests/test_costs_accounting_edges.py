@@ -11,6 +11,7 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
+from django.utils import timezone
 
 from greenops.costs.accounting import (
     GpuUsage,
@@ -18,13 +19,17 @@ from greenops.costs.accounting import (
     cost_of,
     existing_hours,
     gpu_usage,
+    host_costs,
+    idle_cost,
     in_force,
+    running_hours,
     team_costs,
 )
 from greenops.costs.catalog import HourlyPrice, PriceProblem
 from greenops.costs.models import Price, PricePeriod
 from greenops.energy import HourEnergy, ItEnergy
 from greenops.telemetry.models import GpuHour, GpuMinute, Host
+from greenops.windows import floor_hour
 from greenops.workloads.models import TrainingJob, Workload
 from tests.conftest import make_host
 from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
@@ -367,3 +372,62 @@ def test_gpu_usage_of_gpus_whose_hours_all_counted_reads_no_minutes(team):
     hour_row(g, h(0), 40.0 * 60, 60, counted=60, idle=6)
     minute_rows(g, h(1), [0.0] * 60)  # no hour row: not the ingest's, not read
     assert gpu_usage([host], h(0), h(2))[g.id].minutes == {h(0): (60, 6)}
+
+
+def test_running_hours_are_the_hours_with_a_sample_inside_the_window(team):
+    """Host x: hour rows 00:00 (1 sample), 01:00 (none: not running), 02:00 and 23:00 the day
+    before (outside 00:00-02:00). Minute rows for the part window 00:30-02:00: 00:10 (before
+    it), 00:40 (1 sample), 01:05 (none), 02:10 (after it). Host y ran only at 01:00."""
+    x, _ = make_host(team, "x")
+    y, _ = make_host(team, "y")
+    gx, gy = x.gpus.get(index=0), y.gpus.get(index=1)
+    for b, n in ((h(0), 1), (h(1), 0), (h(2), 5), (h(-1), 5)):
+        GpuHour.objects.create(gpu=gx, bucket=b, samples=n)
+    GpuHour.objects.create(gpu=gy, bucket=h(1), samples=3)
+    for b, n in ((h(1 / 6), 1), (h(2 / 3), 1), (h(13 / 12), 0), (h(13 / 6), 1)):
+        GpuMinute.objects.create(gpu=gx, bucket=b, samples=n)
+    GpuMinute.objects.create(gpu=gy, bucket=h(1.5), samples=2)
+    assert running_hours([x.id, y.id], h(0), h(2)) == {x.id: {h(0)}, y.id: {h(1)}}
+    assert running_hours([x.id], h(0), h(2)) == {x.id: {h(0)}}
+    assert running_hours([x.id, y.id], h(0.5), h(2)) == {x.id: {h(0)}, y.id: {h(1)}}
+
+
+def test_idle_cost_prices_each_hour_with_idle_minutes_at_its_own_price(team):
+    """2 GPUs. 00:00: no idle minute (its price is never asked: there is none); 01:00: 20 + 10
+    idle minutes at $10/h: 0.5 h x $10 / 2 GPUs = $2.50; 02:00: 60 idle at $20/h: 1 h x $20 / 2
+    = $10. Total $12.50. An hour with idle minutes and no price makes it unknown."""
+    host, _ = make_host(team)
+    rates = {h(1): 10.0, h(2): 20.0}
+
+    def price(host, hour):
+        return HourlyPrice(rates[hour], "on_demand", "t", None, False) if hour in rates else None
+
+    g0 = GpuUsage(1, host.id, minutes={h(0): (60, 0), h(1): (60, 20), h(2): (60, 60)})
+    g1 = GpuUsage(2, host.id, minutes={h(1): (60, 10)})
+    assert idle_cost(host, [g0, g1], price) == pytest.approx(12.5)
+    g1.minutes[h(3)] = (60, 1)
+    assert idle_cost(host, [g0, g1], price) is None
+    host.gpus.all().delete()
+    assert idle_cost(host, [g0], price) is None  # no GPUs: no per-GPU price
+
+
+def test_a_host_without_gpus_is_listed_at_nothing_and_a_known_zero(team):
+    host, _ = make_host(team, gpus=0)
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "10")
+    [row] = host_costs([host], {}, h(0), h(2), now=NOW)
+    assert (row.running_hours, row.billed_hours, row.cost_usd, row.electricity_usd) == (
+        0, 0, 0.0, 0.0)
+    assert (row.gpu_count, row.energy_kwh, row.idle_gpu_hours) == (0, 0.0, 0.0)
+    assert row.problem is None and row.idle_cost_usd is None and row.price.usd_per_hour == 10
+
+
+def test_the_rows_price_is_judged_stale_at_the_asked_now_not_the_clock(team):
+    """A price recorded yesterday, looked at 200 days from now: stale then (over 90 days)."""
+    later = floor_hour(timezone.now()) + dt.timedelta(days=200, minutes=30)
+    host, _ = make_host(team)
+    add_hours(host.gpus.get(index=0), 2, 80.0, end=floor_hour(later))
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "10",
+              as_of=timezone.now() - dt.timedelta(days=1))
+    out = team_costs(collect(team, 1, later))
+    assert out["hosts"][0]["price_stale"] is True and out["stale_prices"] is True
+    assert out["hosts"][0]["cost_usd"] == 20.0  # 2 h x $10
