@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from greenops.costs.accounting import (
     GpuUsage,
+    cached_prices,
     collect,
     cost_of,
     existing_hours,
@@ -26,15 +27,17 @@ from greenops.costs.accounting import (
     team_costs,
 )
 from greenops.costs.catalog import HourlyPrice, PriceProblem
-from greenops.costs.models import Price, PricePeriod
-from greenops.energy import HourEnergy, ItEnergy
+from greenops.costs.models import HostTermsPeriod, Price, PricePeriod
+from greenops.energy import HourEnergy, ItEnergy, it_energy
 from greenops.telemetry.models import GpuHour, GpuMinute, Host
 from greenops.windows import floor_hour
 from greenops.workloads.models import TrainingJob, Workload
 from tests.conftest import make_host
 from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
+from tests.test_costs_terms_history import only_prices, switch_to_reserved
 
 J_PER_KWH = 3_600_000
+HOUR_ = dt.timedelta(hours=1)
 
 T0 = dt.datetime(2026, 11, 1, 0, 0, tzinfo=dt.UTC)
 
@@ -148,7 +151,8 @@ def test_owned_hardware_bills_each_owned_part_hour_plus_electricity_at_each_hour
     prices = {h(0): HourlyPrice(10.0, "on_prem", "hw-a", None, False, 0.20),
               h(1): HourlyPrice(10.0, "on_prem", "hw-b", None, True, 0.20)}
     energy = energy_of(h(0.25), h(2), [host], {(host, h(0)): 1.0, (host, h(1)): 2.0})
-    cost = cost_of(energy, lambda host, hour: prices[hour], pue_by_hour({h(0): 1.5, h(1): 1.25}))
+    cost = cost_of(energy, lambda x, hour: prices[hour] if x == host else None,
+                   pue_by_hour({h(0): 1.5, h(1): 1.25}))
     line = cost.hosts[host.id]
     assert line.share == 0.5
     assert line.running_hours == pytest.approx(0.75)  # ran in 00:00, 0.75 of it in the window
@@ -431,3 +435,71 @@ def test_the_rows_price_is_judged_stale_at_the_asked_now_not_the_clock(team):
     out = team_costs(collect(team, 1, later))
     assert out["hosts"][0]["price_stale"] is True and out["stale_prices"] is True
     assert out["hosts"][0]["cost_usd"] == 20.0  # 2 h x $10
+
+
+def test_an_hour_the_host_ran_before_its_enrolment_is_billed_without_the_sets_energy(team):
+    """Enrolled at 01:00, but its GPU 1 reported at 00:00 (a spool replayed after a re-enrol).
+    The set is GPU 0 alone (share 0.5), which reported nothing. On demand, $10/h:
+      00:00 ran (not owned, no energy of the set): 1 h x $10 x 0.5 = $5
+      01:00 owned, not run, on demand: not billed."""
+    host, _ = make_host(team)
+    Host.objects.filter(pk=host.pk).update(created_at=h(1))
+    host.refresh_from_db()
+    GpuHour.objects.create(gpu=host.gpus.get(index=1), bucket=h(0), samples=60)
+    hourly = HourlyPrice(10.0, "on_demand", "t", None, False)
+    cost = cost_of(energy_of(h(0), h(2), [host]), lambda x, hour: hourly, pue_by_hour({}))
+    line = cost.hosts[host.id]
+    assert (line.running_hours, line.billed_hours, line.hardware_usd) == (1.0, 1.0, 5.0)
+    assert cost.cost_usd == 5.0
+
+
+# Host terms that change inside an hour (HostTermsPeriod), priced by the pages' own Prices.
+H = dt.datetime(2026, 10, 20, 13, 0, tzinfo=dt.UTC)
+
+
+def whole_host(host, start, end) -> ItEnergy:
+    return it_energy(list(host.gpus.select_related("host")), start, end)
+
+
+def test_a_part_hour_not_owed_under_the_old_terms_does_not_stop_the_next_part(team):
+    """On demand ($30/h) until 13:15, then reserved ($18/h); the host did not run 13:00-14:00.
+    13:00-13:15 on demand and idle: nothing. 13:15-14:00 reserved, owned: 0.75 h x $18 = $13.50
+    (under today's terms for the whole hour it would be $18, or $7.50 more at $30)."""
+    only_prices(on_demand="30.00", reserved="18.00")
+    host, _ = make_host(team)
+    enrolled(host, dt.datetime(2026, 9, 15, tzinfo=dt.UTC))
+    HostTermsPeriod.ensure(host)
+    switch_to_reserved(host, H + dt.timedelta(minutes=15))
+    cost = cost_of(whole_host(host, H, H + HOUR_), cached_prices())
+    line = cost.hosts[host.id]
+    assert line.billed_hours == 0.75 and cost.cost_usd == pytest.approx(13.5)
+
+
+def test_a_part_hour_without_a_price_leaves_the_next_part_billed(team):
+    """No on-demand price; on demand until 13:15, then reserved at $18/h; the host ran at
+    13:00. 13:00-13:15: ran, no price (the host's cost unknown). 13:15-14:00: billed,
+    0.75 h x $18 = $13.50 -- still counted in its billed hours and hardware."""
+    only_prices(reserved="18.00")
+    host, _ = make_host(team)
+    enrolled(host, dt.datetime(2026, 9, 15, tzinfo=dt.UTC))
+    GpuHour.objects.create(gpu=host.gpus.get(index=0), bucket=H, samples=60, energy_j=1000.0)
+    HostTermsPeriod.ensure(host)
+    switch_to_reserved(host, H + dt.timedelta(minutes=15))
+    cost = cost_of(whole_host(host, H, H + HOUR_), cached_prices())
+    line = cost.hosts[host.id]
+    assert line.problem.code == "missing_price" and cost.cost_usd is None
+    assert line.billed_hours == 0.75 and line.hardware_usd == pytest.approx(13.5)
+
+
+def test_a_window_starting_inside_an_hour_pays_the_price_in_force_at_the_hours_start(team):
+    """On demand $30/h, refreshed to $20/h at 13:20. Window 13:30-14:00 (a job's, say); the
+    host ran at 13:40. The hour is priced as of its start: 0.5 h x $30 = $15 (not $10)."""
+    only_prices(on_demand="30.00")
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "20.00",
+              as_of=H + dt.timedelta(minutes=20))
+    host, _ = make_host(team)
+    enrolled(host, dt.datetime(2026, 9, 15, tzinfo=dt.UTC))
+    GpuMinute.objects.create(gpu=host.gpus.get(index=0), bucket=H + dt.timedelta(minutes=40),
+                             samples=1, energy_j=1.0)
+    cost = cost_of(whole_host(host, H + dt.timedelta(minutes=30), H + HOUR_), cached_prices())
+    assert cost.hosts[host.id].billed_hours == 0.5 and cost.cost_usd == pytest.approx(15.0)
