@@ -101,3 +101,30 @@ def test_a_snapshot_never_shows_another_teams_figures(client, users, team, other
         b = client.get(f"/teams/{other_team.slug}/?range=day").content.decode()
     assert cost_card(a) == "$10.00"
     assert cost_card(b) == "$35.00"
+
+
+@pytest.mark.django_db
+def test_an_agent_restarting_with_the_same_gpus_keeps_the_snapshots(team, client):
+    """Every agent start re-sends its inventory. Unchanged GPUs are not saved again, so the
+    snapshots stay valid (a Gpu save makes them all stale); a changed power limit is saved
+    and does make them stale, since it can change what a GPU costs to run."""
+    import orjson
+
+    from dashboards import headline
+
+    host, token = make_host(team, "restarts", gpus=2)
+    gpus = [{"index": g.index, "uuid": g.uuid, "name": g.name, "power_limit_w": g.power_limit_w,
+             "memory_total_mib": g.memory_total_mib, "max_sm_clock_mhz": g.max_sm_clock_mhz,
+             "max_mem_clock_mhz": g.max_mem_clock_mhz} for g in host.gpus.order_by("index")]
+
+    def send(doc) -> None:
+        r = client.post("/api/v1/inventory", orjson.dumps(doc), content_type="application/json",
+                        HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert r.status_code == 200, r.content
+
+    key = headline.snapshot_key(team.id, NOW.replace(minute=0))
+    send({"gpus": gpus})
+    assert headline.snapshot_key(team.id, NOW.replace(minute=0)) == key
+    send({"gpus": [dict(gpus[0], power_limit_w=300.0), gpus[1]]})
+    assert host.gpus.get(index=0).power_limit_w == 300.0
+    assert headline.snapshot_key(team.id, NOW.replace(minute=0)) != key

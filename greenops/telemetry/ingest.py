@@ -598,15 +598,23 @@ def register_inventory(host: Host, doc) -> list[Gpu]:
         if not _text_ok(doc.get(key, ""), limit):
             raise invalid(key, f"must be a string of at most {limit} characters")
     with transaction.atomic():
+        known = {gpu.index: gpu for gpu in Gpu.objects.select_for_update().filter(host=host)}
         for g in clean:
-            Gpu.objects.update_or_create(
-                host=host, index=g["index"],
-                defaults={"uuid": g.get("uuid", ""), "name": g.get("name", ""),
-                          "power_limit_w": g.get("power_limit_w"),
-                          "memory_total_mib": g.get("memory_total_mib"),
-                          "max_sm_clock_mhz": g.get("max_sm_clock_mhz"),
-                          "max_mem_clock_mhz": g.get("max_mem_clock_mhz")},
-            )
+            values = {"uuid": g.get("uuid", ""), "name": g.get("name", ""),
+                      "power_limit_w": g.get("power_limit_w"),
+                      "memory_total_mib": g.get("memory_total_mib"),
+                      "max_sm_clock_mhz": g.get("max_sm_clock_mhz"),
+                      "max_mem_clock_mhz": g.get("max_mem_clock_mhz")}
+            gpu = known.get(g["index"])
+            if gpu is None:
+                Gpu.objects.create(host=host, index=g["index"], **values)
+            elif any(getattr(gpu, k) != v for k, v in values.items()):
+                # Saved only when something changed: every agent start re-sends the same
+                # inventory, and a Gpu save makes every team's stored cost figures stale
+                # (dashboards.apps), so a fleet restarting its agents recomputed them all.
+                for k, v in values.items():
+                    setattr(gpu, k, v)
+                gpu.save(update_fields=list(values))
         Host.objects.filter(id=host.id).update(
             last_seen=timezone.now(),
             agent_version=doc.get("agent_version") or host.agent_version,
