@@ -82,7 +82,7 @@ def _mean_parts(total: str, n: str, column: str) -> list[tuple[str, str, str]]:
     return [(total, f"coalesce(sum({column}), 0)", "sum"), (n, f"count({column})", "sum")]
 
 
-# The same aggregates in both dialects (SQLite has no FILTER on old versions: use sum(case)).
+# Written with CASE rather than FILTER so SQLite takes the same aggregates (_SQLITE_AGGREGATES).
 _ROLLUP_NEW: list[tuple[str, str, str]] = [
     *_mean_parts("mem_util_sum", "mem_util_n", "mem_util_pct"),
     ("pcie_tx_sum_kib_s", _paired_sum("pcie_tx_kib_s", "pcie_rx_kib_s"), "sum"),
@@ -107,8 +107,6 @@ _ROLLUP_NEW: list[tuple[str, str, str]] = [
     *_mean_parts("mem_clock_sum_mhz", "mem_clock_n", "mem_clock_mhz"),
 ]
 _ROLLUP_ALL = _ROLLUP_BASE + _ROLLUP_NEW
-_ROLLUP_NEW_COLUMNS = ", ".join(c for c, _, _ in _ROLLUP_NEW)
-_ROLLUP_NEW_SELECT = ",\n        ".join(e for _, e, _ in _ROLLUP_NEW)
 COLUMN_LIST = ", ".join(name for name, _ in SAMPLE_COLUMNS)
 
 
@@ -384,24 +382,18 @@ _SQLITE_BUCKETS = (("telemetry_gpuminute", "%Y-%m-%d %H:%M:00", 60),
                    ("telemetry_gpuhour", "%Y-%m-%d %H:00:00", 3600),
                    ("telemetry_gpuday", "%Y-%m-%d 00:00:00", 86400))
 
+# The rollup aggregates as SQLite takes them: a boolean there is 0/1, so the simulated count is
+# its sum (FILTER needs SQLite 3.30).
+_SQLITE_AGGREGATES = ",\n        ".join(
+    "sum(simulated)" if c == "simulated_samples" else expr for c, expr, _ in _ROLLUP_ALL)
 _SQLITE_ROLLUP = f"""
-    INSERT INTO {{table}} (gpu_id, bucket, samples, util_sum, util_n, util_max, power_sum_w,
-        power_n, power_max_w, mem_used_max_mib, temp_max_c, energy_j, simulated_samples,
-        {_ROLLUP_NEW_COLUMNS})
-    SELECT gpu_id, strftime('{{fmt}}', ts), count(*), coalesce(sum(util_pct), 0),
-        count(util_pct), max(util_pct), coalesce(sum(power_w), 0), count(power_w), max(power_w),
-        max(mem_used_mib), max(temp_c), coalesce(sum(energy_j), 0), sum(simulated),
-        {_ROLLUP_NEW_SELECT}
+    INSERT INTO {{table}} (gpu_id, bucket, {_ROLLUP_COLUMNS})
+    SELECT gpu_id, strftime('{{fmt}}', ts), {_SQLITE_AGGREGATES}
     FROM telemetry_gpusample
     WHERE gpu_id IN ({{ids}}) AND ts >= %s AND ts < %s
     GROUP BY 1, 2
     ON CONFLICT (gpu_id, bucket) DO UPDATE SET
-        samples = excluded.samples, util_sum = excluded.util_sum, util_n = excluded.util_n,
-        util_max = excluded.util_max, power_sum_w = excluded.power_sum_w,
-        power_n = excluded.power_n, power_max_w = excluded.power_max_w,
-        mem_used_max_mib = excluded.mem_used_max_mib, temp_max_c = excluded.temp_max_c,
-        energy_j = excluded.energy_j, simulated_samples = excluded.simulated_samples,
-        {", ".join(f"{c} = excluded.{c}" for c, _, _ in _ROLLUP_NEW)}
+        {", ".join(f"{c} = excluded.{c}" for c, _, _ in _ROLLUP_ALL)}
 """
 
 
