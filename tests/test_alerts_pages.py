@@ -151,3 +151,21 @@ def test_a_week_of_minutely_values_is_thinned_to_the_point_budget_keeping_the_wo
     # ceil(10080 / 300) = 34 points per bucket -> ceil(10080 / 34) = 297 points
     assert len(out) == 297 and max(v for _, v in out) == 99.0
     assert out[-1][0] == points[-1][0]
+
+
+def test_team_home_lists_the_firing_rules_and_counts_the_enabled_ones(member, team, other_team):
+    """The team home's "Firing now": Firing and Recovering rules of enabled rules only, of this
+    team only, and "N of M enabled rules" with M counting every enabled rule."""
+    make_rule(team, name="EPI high", state="firing")
+    make_rule(team, name="Util low", state="recovering")
+    make_rule(team, name="Quiet", state="ok")
+    make_rule(team, name="Switched off", state="firing", enabled=False)
+    make_rule(other_team, name="Other team's", state="firing")
+    html = member.get("/teams/vision/").content.decode()
+    firing = html.split('id="firing"')[1].split("<h2")[0]
+    assert "EPI high" in firing and "Util low" in firing
+    assert "Quiet" not in firing and "Switched off" not in firing and "Other team" not in firing
+    assert "2 of 3 enabled rules firing" in firing
+    Rule.objects.filter(team=team, enabled=True).update(state="ok")
+    html = member.get("/teams/vision/").content.decode()
+    assert 'id="firing-none">No alerts firing (3 rules)' in html

@@ -140,6 +140,11 @@ class NoDataPolicy(models.TextChoices):
     KEEP = "keep", "Keep the last state"
 
 
+# What "firing" means (RuleQuerySet.firing; counted on the team home): Firing, or Recovering --
+# still firing until the clear level holds for its for-minutes -- and enabled.
+FIRING_NOW = models.Q(enabled=True, state__in=[State.FIRING, State.RECOVERING])
+
+
 class RuleQuerySet(models.QuerySet):
     def for_page(self) -> RuleQuerySet:
         return self.select_related("host", "gpu__host", "workload").prefetch_related("channels")
@@ -147,8 +152,7 @@ class RuleQuerySet(models.QuerySet):
     def firing(self) -> RuleQuerySet:
         """Enabled rules whose condition holds now: Firing, or Recovering (still firing until
         the clear level holds for its for-minutes), longest-firing first."""
-        return (self.filter(enabled=True, state__in=[State.FIRING, State.RECOVERING])
-                .order_by("state_since", "id"))
+        return self.filter(FIRING_NOW).order_by("state_since", "id")
 
 
 class Rule(models.Model):
