@@ -280,3 +280,14 @@ def test_team_home_lists_twenty_hosts_offline_first(client, users, team):
     assert names[:3] == ["n-07", "n-13", "n-21"] and len(names) == 20
     assert names[3:] == [f"n-{i:02d}" for i in range(25) if i not in (7, 13, 21)][:17]
     assert "Showing 20 of 25 hosts" in html and f"/teams/{team.slug}/hosts/" in html
+
+
+@pytest.mark.parametrize("ids", [[], [0], [7, 8, 7], [1, 63, 64, 65], [49_999, 3, 1_000]])
+def test_gpu_bitmap_sets_one_bit_per_gpu_id(ids):
+    """The stored buckets' GPU bitmaps (and the live tail's, unioned with them for "GPUs
+    reporting"): bit i set exactly for each Gpu id i, duplicates once, sparse ids included."""
+    from greenops.telemetry.fleet import gpu_bitmap
+
+    bits = gpu_bitmap(ids)
+    assert bits == sum(1 << i for i in set(ids))
+    assert bits.bit_count() == len(set(ids))

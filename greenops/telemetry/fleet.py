@@ -194,10 +194,14 @@ class BucketFigures:
 
 
 def gpu_bitmap(gpu_ids) -> int:
-    bits = 0
-    for gpu_id in gpu_ids:
-        bits |= 1 << gpu_id
-    return bits
+    """Bit i set for each Gpu id i. In numpy: OR-ing 1,000 shifted ints into a growing
+    1,000-bit int one by one took 0.4 ms per bucket, paid for every live bucket of a view."""
+    ids = np.asarray(gpu_ids, dtype=np.int64)
+    if not ids.size:
+        return 0
+    flags = np.zeros(int(ids.max()) + 1, dtype=bool)
+    flags[ids] = True
+    return int.from_bytes(np.packbits(flags, bitorder="little").tobytes(), "little")
 
 
 # The fleet view in one statement: a thousand GPUs x 300 display buckets are 300,000 cells,
