@@ -10,8 +10,9 @@ class DashboardsConfig(AppConfig):
         from dashboards import headline
 
         # What prices a host or places it (its terms, the catalog, a team's overrides, its
-        # site): an edit makes every team's stored cost figures stale (dashboards.headline
-        # snapshots), so the next page computes them afresh instead of showing the old ones.
+        # site): an edit makes the stored cost figures (dashboards.headline snapshots) of its
+        # team stale -- every team's for the shared catalog -- so the next page computes them
+        # afresh instead of showing the old ones.
         for label in ("costs.PriceOverride", "costs.Price", "costs.PricePeriod",
                       "costs.HostTermsPeriod", "costs.HostCostConfig", "costs.InstanceType",
                       "telemetry.Host", "telemetry.Gpu", "carbon.Site", "carbon.HostSite",

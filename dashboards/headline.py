@@ -144,21 +144,45 @@ SNAPSHOT_TTL_S = 3 * 3600
 SNAPSHOT_REFRESH_S = 15 * 60
 
 
+# Generations: the shared one (the price catalog, which every team's costs read) and one per
+# team (its hosts, GPUs, overrides, sites, workloads). An edit bumps the one it belongs to, so
+# one team's host edit leaves the other teams' snapshots valid (at 1,000 GPUs a team's cost
+# figures take tens of seconds to compute again).
 GENERATION_KEY = "team-home:generation"
 
 
-def pricing_changed(**kwargs) -> None:
-    """Signal receiver (dashboards.apps): something a cost depends on was edited; snapshots
-    taken before no longer match any key."""
+def team_generation_key(team_id: int) -> str:
+    return f"{GENERATION_KEY}:{team_id}"
+
+
+def _team_of(instance) -> int | None:
+    """The team whose cost figures an edited row changes (directly, or through its host);
+    None for the shared catalog (prices, price periods, instance types)."""
+    team_id = getattr(instance, "team_id", None)
+    if team_id is None and getattr(instance, "host_id", None) is not None:
+        from greenops.telemetry.models import Host
+
+        team_id = Host.objects.filter(id=instance.host_id).values_list(
+            "team_id", flat=True).first()
+    return team_id
+
+
+def pricing_changed(instance=None, **kwargs) -> None:
+    """Signal receiver (dashboards.apps): something a cost depends on was edited; that team's
+    snapshots (every team's, for the shared catalog) taken before no longer match any key."""
+    team_id = _team_of(instance) if instance is not None else None
+    key = GENERATION_KEY if team_id is None else team_generation_key(team_id)
     try:
-        cache.incr(GENERATION_KEY)
+        cache.incr(key)
     except ValueError:  # not set yet (or evicted)
-        cache.set(GENERATION_KEY, 1, None)
+        cache.set(key, 1, None)
 
 
 def snapshot_key(team_id: int, hour: dt.datetime) -> str:
-    generation = cache.get(GENERATION_KEY, 0)
-    return f"team-home:v1:{team_id}:{hour:%Y%m%dT%H}:{generation}"
+    generations = cache.get_many([GENERATION_KEY, team_generation_key(team_id)])
+    shared = generations.get(GENERATION_KEY, 0)
+    own = generations.get(team_generation_key(team_id), 0)
+    return f"team-home:v2:{team_id}:{hour:%Y%m%dT%H}:{shared}:{own}"
 
 
 def page_usage(team: Team, now: dt.datetime) -> Usage:

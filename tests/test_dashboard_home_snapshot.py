@@ -128,3 +128,33 @@ def test_an_agent_restarting_with_the_same_gpus_keeps_the_snapshots(team, client
     send({"gpus": [dict(gpus[0], power_limit_w=300.0), gpus[1]]})
     assert host.gpus.get(index=0).power_limit_w == 300.0
     assert headline.snapshot_key(team.id, NOW.replace(minute=0)) != key
+
+
+def test_an_edit_makes_only_its_own_teams_snapshots_stale(team, other_team):
+    """A team's host, GPU, price override or workload edit changes that team's snapshot key
+    only (the other team's stored figures stay valid); a price in the shared catalog changes
+    every team's."""
+    from dashboards import headline
+    from greenops.costs.models import Price
+    from greenops.workloads.models import Workload
+
+    host = priced_team(team, "node-a", 2.0)
+    priced_team(other_team, "node-b", 7.0)
+    hour = NOW.replace(minute=0)
+
+    def keys() -> tuple[str, str]:
+        return headline.snapshot_key(team.id, hour), headline.snapshot_key(other_team.id, hour)
+
+    for edit in (lambda: host.save(),
+                 lambda: host.gpus.get().save(),
+                 lambda: team.price_overrides.get().save(),
+                 lambda: team.price_overrides.get().delete(),
+                 lambda: Workload.objects.create(team=team, name="serving")):
+        a, b = keys()
+        edit()
+        a2, b2 = keys()
+        assert a2 != a and b2 == b
+    a, b = keys()
+    Price.objects.first().save()
+    a2, b2 = keys()
+    assert a2 != a and b2 != b
