@@ -291,3 +291,16 @@ def test_gpu_bitmap_sets_one_bit_per_gpu_id(ids):
     bits = gpu_bitmap(ids)
     assert bits == sum(1 << i for i in set(ids))
     assert bits.bit_count() == len(set(ids))
+
+
+@pytest.mark.parametrize("age_s, text", [(0, "<1 min ago"), (59, "<1 min ago"),
+                                         (60, "1 min ago"), (3599, "59 min ago"),
+                                         (3600, "1 h ago"), (2 * 86400 - 1, "47 h ago"),
+                                         (2 * 86400, "2 d ago"), (-30, "<1 min ago")])
+def test_host_table_ages_are_short(age_s, text):
+    """The team home's host table says how long ago a host was seen in a few characters (it
+    must fit a 390 px phone beside name, status, GPUs and instance); "never" for no time."""
+    from dashboards.templatetags.figures import ago
+
+    assert ago(NOW - dt.timedelta(seconds=age_s), NOW) == text
+    assert ago(None) == "never"

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import orjson
 from django import template
+from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
@@ -33,6 +34,22 @@ def num(value: float | int | None, digits: int = 2) -> str:
         decimals = max(digits, 2 - math.floor(math.log10(abs(v))))
         return f"{v:,.{decimals}f}"
     return f"{v:,.{digits}f}"
+
+
+@register.filter
+def ago(value, now=None) -> str:
+    """A short age for narrow tables: "<1 min ago", "7 min ago", "5 h ago", "3 d ago" (hours
+    up to two days, so "30 h ago" rather than "1 d ago"); "never" for no time."""
+    if value is None:
+        return "never"
+    s = ((now or timezone.now()) - value).total_seconds()
+    if s < 60:
+        return "<1 min ago"
+    if s < 3600:
+        return f"{int(s // 60)} min ago"
+    if s < 2 * 86400:
+        return f"{int(s // 3600)} h ago"
+    return f"{int(s // 86400)} d ago"
 
 
 @register.filter
