@@ -23,11 +23,13 @@ from greenops.costs.accounting import (
     host_costs,
     idle_cost,
     in_force,
+    is_committed,
     running_hours,
     team_costs,
 )
 from greenops.costs.catalog import HourlyPrice, PriceProblem
 from greenops.costs.models import HostTermsPeriod, Price, PricePeriod
+from greenops.costs.overrides import OverrideKind, PriceOverride
 from greenops.energy import HourEnergy, ItEnergy, it_energy
 from greenops.telemetry.models import GpuHour, GpuMinute, Host
 from greenops.windows import floor_hour
@@ -503,3 +505,163 @@ def test_a_window_starting_inside_an_hour_pays_the_price_in_force_at_the_hours_s
                              samples=1, energy_j=1.0)
     cost = cost_of(whole_host(host, H + dt.timedelta(minutes=30), H + HOUR_), cached_prices())
     assert cost.hosts[host.id].billed_hours == 0.5 and cost.cost_usd == pytest.approx(15.0)
+
+
+# Survivors of the first whole-module measurement (tests/mutation/session.py, issue 16).
+
+
+def test_a_host_not_yet_saved_is_owned_for_the_whole_window():
+    """A Host built in memory has no enrolment time (created_at None): every hour of the window
+    is owned -- not a comparison of None with a datetime."""
+    assert existing_hours(Host(name="h"), h(0.5), h(3)) == {h(0), h(1), h(2)}
+
+
+def test_a_busy_host_has_a_known_zero_idle_cost(team):
+    """Both GPUs at 80 % for 2 hours, $10/h: $20, no idle minute, so the idle cost is $0 -- in
+    the host's row and in the team's total."""
+    host, _ = make_host(team)
+    enrolled(host, END - dt.timedelta(days=90))
+    for gpu in host.gpus.all():
+        add_hours(gpu, 2, 80.0)
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "10")
+    out = team_costs(collect(team, 1, NOW))
+    assert out["hosts"][0]["idle_cost_usd"] == 0.0 and out["hosts"][0]["cost_usd"] == 20.0
+    assert out["idle_cost_usd"] == 0.0 and out["total_cost_usd"] == 20.0
+
+
+def test_collect_counts_idle_minutes_at_the_asked_threshold(team):
+    """GPU 0 at 30 % for 2 hours: busy at the standard 5 %, idle at a threshold of 50 % --
+    120 idle minutes, 2 idle GPU-hours, $10 of idle cost at $10/h / 2 GPUs."""
+    host, _ = make_host(team)
+    enrolled(host, END - dt.timedelta(days=90))
+    g0 = host.gpus.get(index=0)
+    add_hours(g0, 2, 30.0)
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "10")
+    assert collect(team, 1, NOW).usage[g0.id].idle_minutes() == 0
+    tu = collect(team, 1, NOW, idle_threshold_pct=50.0)
+    assert tu.usage[g0.id].idle_minutes() == 120
+    [row] = tu.rows
+    assert row.idle_gpu_hours == 2.0 and row.idle_cost_usd == 10.0 and row.cost_usd == 20.0
+    out = team_costs(tu, idle_threshold_pct=50.0)
+    assert out["idle_threshold_pct"] == 50.0 and out["idle_cost_usd"] == 10.0
+
+
+def test_the_prices_of_a_cost_are_judged_stale_at_the_asked_now(team):
+    """A price recorded yesterday; the host ran 2 hours, 200 days from now. Priced as of then,
+    the price is over 90 days old: its source is labelled stale. Priced as of today it is not."""
+    later = floor_hour(timezone.now()) + dt.timedelta(days=200)
+    host, _ = make_host(team)
+    add_hours(host.gpus.get(index=0), 2, 80.0, end=later)
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "10",
+              as_of=timezone.now() - dt.timedelta(days=1))
+    window = (host, later - 2 * HOUR_, later)
+    stale = cost_of(whole_host(*window), cached_prices(later))
+    assert stale.source == "test (stale)" and stale.cost_usd == 20.0
+    assert cost_of(whole_host(*window), cached_prices()).source == "test"
+
+
+def test_gpu_usage_reads_only_the_asked_hosts_gpus_and_hours_of_one_sample(team):
+    """Host a: GPU 0 has an hour row of a single sample at 00:00 (one minute counted, busy at
+    40 %): read. GPU 1 has only minute rows, 3 at 1 % in 01:00: its usage is its own (its id).
+    Host b, not asked, has an hour row in the window: not read."""
+    a, _ = make_host(team, "a")
+    b, _ = make_host(team, "b")
+    ga0, ga1 = a.gpus.order_by("index")
+    hour_row(ga0, h(0), 40.0, 1, counted=1, idle=0, samples=1)
+    minute_rows(ga1, h(1), [1.0] * 3)
+    hour_row(b.gpus.get(index=0), h(0), 40.0 * 60, 60, counted=60)
+    usage = gpu_usage([a], h(0), h(2))
+    assert set(usage) == {ga0.id, ga1.id}
+    assert (usage[ga0.id].gpu_id, usage[ga0.id].host_id) == (ga0.id, a.id)
+    assert usage[ga0.id].hours == {h(0): (40.0, 1000.0, 500.0)}
+    assert usage[ga0.id].minutes == {h(0): (1, 0)}
+    assert (usage[ga1.id].gpu_id, usage[ga1.id].host_id) == (ga1.id, a.id)
+    assert usage[ga1.id].minutes == {h(1): (3, 3)}
+
+
+def test_owned_hardware_is_committed_whatever_purchase_option_it_was_given():
+    """On premises is paid for every hour owned even when its purchase option says on demand;
+    a cloud host is committed by its purchase option alone."""
+    assert is_committed(Host(provider="on_prem", purchase_option="on_demand"))
+    assert not is_committed(Host(provider="aws", purchase_option="on_demand"))
+    assert is_committed(Host(provider="aws", purchase_option="savings_plan"))
+
+
+def test_running_hours_of_a_part_window_are_the_asked_hosts_alone(team):
+    """Window 00:30-02:00 (minute rollups): host x ran at 00:40 and at 23:50 the day before
+    (outside the window: not its hour 23:00), host y at 01:30; asked for x alone, y's minute
+    is not x's, nor listed."""
+    x, _ = make_host(team, "x")
+    y, _ = make_host(team, "y")
+    GpuMinute.objects.create(gpu=x.gpus.get(index=0), bucket=h(2 / 3), samples=1)
+    GpuMinute.objects.create(gpu=x.gpus.get(index=0), bucket=h(-1 / 6), samples=1)
+    GpuMinute.objects.create(gpu=y.gpus.get(index=0), bucket=h(1.5), samples=1)
+    assert running_hours([x.id], h(0.5), h(2)) == {x.id: {h(0)}}
+
+
+def test_host_costs_bill_with_the_price_function_they_are_given(team):
+    """The catalog says $10/h; the caller's price function says $7/h plus $0.25/kWh. GPU 0 ran
+    00:00 using 1 kWh (GPU; no host meter, so no CPU/RAM share); window 00:00-02:00, on demand:
+    1 h x $7 = $7 hardware plus 1 kWh x the default PUE 1.56 x $0.25 = $0.39 of electricity."""
+    host = old_host(team)
+    GpuHour.objects.create(gpu=host.gpus.get(index=0), bucket=h(0), samples=60,
+                           energy_j=J_PER_KWH)
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "10")
+    given = HourlyPrice(7.0, "on_demand", "given", None, False, 0.25)
+    [row] = host_costs([host], {}, h(0), h(2), now=NOW, price=lambda x, hour: given)
+    assert row.problem is None and row.billed_hours == 1 and row.energy_kwh == 1.0
+    assert row.electricity_usd == pytest.approx(0.39)
+    assert row.cost_usd == pytest.approx(7.39)
+    assert row.price.usd_per_hour == 10.0  # the row shows today's catalog price
+
+
+def test_a_host_without_a_price_is_named_even_in_a_window_it_did_not_run_in(team):
+    """Host b's instance type is not in the catalog; it did not run in the window (nothing
+    asked its price there): still its row names the problem and has no cost."""
+    b = old_host(team, "b-node", instance_type="p9.mega")
+    [row] = host_costs([b], {}, h(0), h(2), now=NOW)
+    assert row.problem is not None and row.problem.code == "unknown_instance_type"
+    assert row.cost_usd is None and row.billed_hours == 0
+
+
+def test_a_host_whose_window_had_an_unpriced_hour_keeps_that_problem(team):
+    """Today's catalog price is fine ($10/h), but the caller's price function has none for the
+    hour the host ran: the row carries that problem and no cost, not today's clean bill."""
+    host = old_host(team)
+    GpuHour.objects.create(gpu=host.gpus.get(index=0), bucket=h(0), samples=60)
+    set_price("p4d.24xlarge", "us-east-1", "on_demand", "10")
+    gone = PriceProblem("missing_price", "gpu-node-1: no price then")
+    [row] = host_costs([host], {}, h(0), h(2), now=NOW, price=lambda x, hour: gone)
+    assert row.problem == gone and row.cost_usd is None and row.idle_cost_usd is None
+    assert row.price.usd_per_hour == 10.0
+
+
+def test_a_past_hour_pays_the_team_discount_in_force_in_that_hour(team):
+    """$10/h on demand; the team had a 40 % discount from 23:00 the day before until 03:00 (it
+    has ended since). The host ran 00:00-01:00: that hour costs $6, labelled with the discount,
+    though no discount is in force today."""
+    host = old_host(team)
+    GpuHour.objects.create(gpu=host.gpus.get(index=0), bucket=h(0), samples=60)
+    only_prices(on_demand="10")  # from 2026-01-01: a stale price by now
+    PriceOverride.objects.create(team=team, kind=OverrideKind.DISCOUNT,
+                                 discount_pct=Decimal("40"), source="contract 7",
+                                 valid_from=h(-1), valid_until=h(3))
+    cost = cost_of(whole_host(host, h(0), h(1)), cached_prices())
+    assert cost.cost_usd == pytest.approx(6.0)
+    assert cost.source.startswith("test, less 40")
+    assert cost.source.endswith(" % negotiated discount (contract 7) (stale)")
+
+
+def test_terms_that_change_as_the_window_ends_do_not_price_it(team):
+    """On demand at $30/h until 14:00 sharp, then reserved -- at no price. The host ran
+    13:00-14:00; that window is on demand alone: $30 and no problem (the reserved terms, with
+    their missing price, begin where it ends)."""
+    only_prices(on_demand="30.00")
+    host, _ = make_host(team)
+    enrolled(host, dt.datetime(2026, 9, 15, tzinfo=dt.UTC))
+    GpuHour.objects.create(gpu=host.gpus.get(index=0), bucket=H, samples=60, energy_j=1000.0)
+    HostTermsPeriod.ensure(host)
+    switch_to_reserved(host, H + HOUR_)
+    cost = cost_of(whole_host(host, H, H + HOUR_), cached_prices())
+    assert cost.problems == [] and cost.cost_usd == pytest.approx(30.0)
+    assert cost.hosts[host.id].billed_hours == 1.0
