@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test setup browser services lint bench mutate clean
+.PHONY: demo test setup browser services lint bench mutate mutate-fast clean
 
 $(VENV)/.installed: pyproject.toml collectors/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,8 +43,15 @@ bench: setup services
 # Mutation testing of the accounting core (mutmut, one worker, module by module; NOT part of
 # `make test` or CI: it takes tens of minutes). `make mutate MODULES="store metrics"` for some;
 # survivors and their explanations: tests/mutation/SURVIVORS.md.
+# `make mutate-fast MODULES="cost-accounting wire"` (default: all): the same mutants and
+# verdicts, but every mutant of a module in ONE pytest session (tests/mutation/session.py; minutes instead of hours
+# for a module whose tests need Django and the database).
 mutate: setup services
 	$(PY) tests/mutation/run.py $(MODULES)
+
+mutate-fast: setup services
+	for m in $(or $(MODULES),$$($(PY) tests/mutation/run.py --list | cut -d' ' -f1)); do \
+		$(PY) tests/mutation/session.py $$m || exit 1; done
 
 clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache .ruff_cache

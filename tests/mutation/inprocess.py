@@ -10,7 +10,8 @@ MUTANT_UNDER_TEST -- the switch mutmut's own trampoline reads on every call -- a
 test function (parametrized cases expanded) until one fails. A mutant is "killed" when a test
 raises, as under pytest -x; each test gets 10 s (SIGALRM), a timeout counts as killed.
 
-Only for a test file whose tests take no fixtures (pure functions, no database). The figure is
+Only for a test file whose tests take no fixtures (pure functions, no database); for a module's
+whole map, fixtures and database included, see session.py. The figure is
 the kill ratio of THAT FILE alone: a lower bound of what the module's whole test map kills.
 Prints one line per surviving mutant and the ratio; writes var/mutation/<name>/inprocess.txt.
 """
