@@ -42,7 +42,10 @@ transactional tests out (cost-accounting's does).
 Validated (issue 16): on cost-accounting the verdicts of mutmut itself, run by name, for a
 killed and two surviving mutants were the same; SURVIVORS.md's known verdicts (`cost_of` 59,
 110 killed; 8, `workload_cost` 3 equivalent) came out the same; a bug planted by hand into a
-surviving mutant's body (reserved hosts not committed) was killed.
+surviving mutant's body (reserved hosts not committed) was killed; on wire, an endless loop
+planted the same way was a timeout (30 s CPU) and a loop allocating without bound was killed
+(MemoryError at the cap), the session going on. `mutmut results` in the scratch copies lists
+exactly the survivors of this runner.
 
 What differs from mutmut: module state a mutant leaves behind (a module-level cache filled
 under a mutant) would outlive it here; the mapped files have none that a mutated function
@@ -72,8 +75,12 @@ class MutantTimeout(Exception):
     """Raised in the test by the CPU or wall-clock timer."""
 
 
+_fired: list[str] = []  # the timers that fired during the current test
+
+
 def _timeout(signum, _frame):
-    raise MutantTimeout(signal.Signals(signum).name)
+    _fired.append(signal.Signals(signum).name)
+    raise MutantTimeout(_fired[-1])
 
 
 def generate(dest: Path) -> None:
@@ -192,6 +199,9 @@ class SessionRunner:
         by_id = {item.nodeid: item for item in items}
         chosen = self.chosen()
         print(f"\n{len(chosen)} mutants of {self.module} to test", flush=True)
+        # No tracebacks for the mutants' failures: only the verdict is kept, and formatting one
+        # (pytest parses the mutated module's source) needs memory a mutant may have used up.
+        self.session.config.option.tbstyle = "no"
         old_prof = signal.signal(signal.SIGPROF, _timeout)
         old_alrm = signal.signal(signal.SIGALRM, _timeout)
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -230,20 +240,26 @@ class SessionRunner:
         """(exit code, the failing test): the items in turn until one fails."""
         for i, item in enumerate(items):
             nextitem = items[i + 1] if i + 1 < len(items) else _SessionOnly(self.session)
+            _fired.clear()
             signal.setitimer(signal.ITIMER_PROF, self.cpu_limit)
             signal.setitimer(signal.ITIMER_REAL, self.wall_limit)
             try:
                 reports = self.runtestprotocol(item, log=False, nextitem=nextitem)
+                when = next((r.when for r in reports if r.failed), None)
+            except (MemoryError, MutantTimeout) as exc:
+                # Out of memory or time inside pytest itself (building the failure's report
+                # while the mutant's garbage is still referenced): the mutant broke the test.
+                when = f"pytest: {type(exc).__name__}"
+                self.teardown_to_session()
             finally:
                 signal.setitimer(signal.ITIMER_PROF, 0)
                 signal.setitimer(signal.ITIMER_REAL, 0)
             self.repair_after(item)
-            failed = [r for r in reports if r.failed]
-            if failed:
+            if when is not None:
                 if i + 1 < len(items):
                     self.teardown_to_session()
-                timed_out = any("MutantTimeout" in str(r.longrepr) for r in failed)
-                return (TIMEOUT if timed_out else KILLED), f"({item.nodeid}, {failed[0].when})"
+                code = TIMEOUT if _fired else KILLED
+                return code, f"({item.nodeid}, {when}{', ' + _fired[0] if _fired else ''})"
         return SURVIVED, ""
 
     def teardown_to_session(self) -> None:
