@@ -228,3 +228,32 @@ def test_a_viewer_or_member_cannot_change_prices_hosts_or_sites(client, users, t
     # They see the prices page, without the form.
     html = client.get(f"/teams/{team.slug}/costs/prices/").content.decode()
     assert "override-form" not in html and "Admins and owners set prices" in html
+
+
+def test_override_figures_read_as_typed_after_a_round_trip_through_the_database(db, team):
+    """DecimalFields come back from the database with all their declared places: a 40 %
+    discount must not read "40.00 %", nor $3.25/h "$3.25000/h", in the override list and in
+    the cost source every page shows."""
+    from decimal import Decimal
+
+    from greenops.costs.catalog import HourlyPrice
+    from greenops.costs.overrides import PriceOverride, apply
+
+    def saved(**fields) -> PriceOverride:
+        row = PriceOverride.objects.create(team=team, source="contract 7", **fields)
+        return PriceOverride.objects.get(id=row.id)
+
+    discount = saved(kind="discount", discount_pct=Decimal("40"))
+    assert discount.describe() == "40 % off list prices of every instance type (any option)"
+    on_prem = saved(kind="on_prem", usd_per_hour=Decimal("3.25"),
+                    electricity_usd_per_kwh=Decimal("0.12"))
+    assert on_prem.describe() == "$3.25/h + $0.12/kWh for on-premises every instance type"
+    hourly = saved(kind="hourly", instance_type="g6e.12xlarge", usd_per_hour=Decimal("10.49264"),
+                   discount_pct=None)
+    assert hourly.describe() == "$10.49264/h for g6e.12xlarge (any option)"
+    host, _ = make_host(team, "listed")
+    listed = HourlyPrice(usd_per_hour=10.0, option="on_demand", source="AWS price list",
+                         as_of=timezone.now(), stale=False)
+    priced = apply(host, timezone.now(), listed, [discount])
+    assert priced.usd_per_hour == pytest.approx(6.0)
+    assert priced.source == "AWS price list, less 40 % negotiated discount (contract 7)"

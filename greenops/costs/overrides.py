@@ -30,6 +30,14 @@ class OverrideKind(models.TextChoices):
     ON_PREM = "on_prem", "On-premises amortised $/h and electricity"
 
 
+def plain(value: Decimal | float) -> str:
+    """A figure as the user typed it: every digit, no trailing zeros ("40", "3.25",
+    "10.49264"). A DecimalField read back from the database keeps its declared places, and
+    format(Decimal("40.00"), "g") is "40.00"."""
+    exact = value if isinstance(value, Decimal) else Decimal(str(value))
+    return format(exact.normalize(), "f")
+
+
 class PriceOverride(models.Model):
     team = models.ForeignKey(Team, models.CASCADE, related_name="price_overrides")
     kind = models.CharField(max_length=10, choices=OverrideKind.choices)
@@ -64,12 +72,12 @@ class PriceOverride(models.Model):
         what = self.instance_type or "every instance type"
         option = self.get_purchase_option_display() if self.purchase_option else "any option"
         if self.kind == OverrideKind.DISCOUNT:
-            return f"{self.discount_pct:g} % off list prices of {what} ({option})"
+            return f"{plain(self.discount_pct)} % off list prices of {what} ({option})"
         if self.kind == OverrideKind.ON_PREM:
-            power = (f" + ${self.electricity_usd_per_kwh:g}/kWh"
+            power = (f" + ${plain(self.electricity_usd_per_kwh)}/kWh"
                      if self.electricity_usd_per_kwh is not None else "")
-            return f"${self.usd_per_hour:g}/h{power} for on-premises {what}"
-        return f"${self.usd_per_hour:g}/h for {what} ({option})"
+            return f"${plain(self.usd_per_hour)}/h{power} for on-premises {what}"
+        return f"${plain(self.usd_per_hour)}/h for {what} ({option})"
 
     def matches(self, host: Host) -> bool:
         if self.instance_type and self.instance_type != host.instance_type:
@@ -132,7 +140,7 @@ def apply(host: Host, at: dt.datetime | None, found,
     factor = 1 - float(discount.discount_pct) / 100
     return HourlyPrice(
         usd_per_hour=found.usd_per_hour * factor, option=found.option,
-        source=f"{found.source}, less {discount.discount_pct:g} % negotiated discount "
+        source=f"{found.source}, less {plain(discount.discount_pct)} % negotiated discount "
                f"({discount.source})",
         as_of=found.as_of, stale=found.stale,
         electricity_usd_per_kwh=found.electricity_usd_per_kwh, price=found.price)
