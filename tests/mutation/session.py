@@ -49,9 +49,12 @@ planted the same way was a timeout (30 s CPU) and a loop allocating without boun
 exactly the survivors of this runner.
 
 What differs from mutmut: module state a mutant leaves behind (a module-level cache filled
-under a mutant) would outlive it here; the mapped files have none that a mutated function
-fills. A mutant whose verdict looks doubtful can be rerun by mutmut itself, by name
-(`run.py`'s docstring).
+under a mutant) would outlive it here, and state the clean run filled could hide a mutant of the
+code that fills it; the database connection, which such state hangs on in this project (store's
+temp stage tables), is closed after every mutant, so each mutant's tests open a fresh one as in
+mutmut's session per mutant. The mapped files of cost-accounting and wire have no other such
+state that a mutated function fills. A mutant whose verdict looks doubtful can be rerun by
+mutmut itself, by name (`run.py`'s docstring).
 """
 
 from __future__ import annotations
@@ -222,6 +225,12 @@ class SessionRunner:
                         code, why = self.run_mutant([by_id[t] for t in tests])
                     finally:
                         set_mutant_under_test("")
+                        # A fresh database connection per mutant, as in mutmut's session per
+                        # mutant: per-connection state (store's temp stage tables, remembered
+                        # in _staged_connections) must not let the clean run's set-up hide a
+                        # mutant of the code that sets it up.
+                        from django.db import connections
+                        connections.close_all()
                 self.data.exit_code_by_key[name] = code
                 self.data.durations_by_key[name] = time.monotonic() - t0
                 self.data.estimated_time_of_tests_by_mutant[name] = sum(
