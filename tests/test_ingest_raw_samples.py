@@ -47,6 +47,25 @@ def test_raw_columns_keep_their_nulls_and_methods(host, post_batch):
     assert all(rows[k].util_pct == 50.0 + k[0] and rows[k].temp_c == 60.0 for k in rows)
 
 
+@pytest.mark.django_db
+def test_throttle_reasons_are_stored_as_sent_nulls_included(host, post_batch):
+    """The throttle-reason bitmask column reaches the raw rows bit for bit -- 0 (not
+    throttled), a single reason, unknown (null) and the highest mask the format allows -- and a
+    batch without the column stores unknown, not 0. Found by session.py's run of store
+    (issue 16): no test read the stored column back."""
+    h, token = host
+    doc = make_batch(n_per_gpu=2)  # GPU 0 then GPU 1, 2 samples each
+    doc["samples"]["throttle_reasons"] = [0, 4, None, 2**32 - 1]
+    assert post_batch(token, doc).status_code == 202
+    later = make_batch(n_per_gpu=1, start=doc["samples"]["ts"][-1] + 10)
+    assert "throttle_reasons" not in later["samples"]
+    assert post_batch(token, later).status_code == 202
+    rows = sorted(GpuSample.objects.filter(gpu__host=h).select_related("gpu"),
+                  key=lambda s: (s.ts, s.gpu.index))
+    assert [(s.gpu.index, s.throttle_reasons) for s in rows] == [
+        (0, 0), (1, None), (0, 4), (1, 2**32 - 1), (0, None), (1, None)]
+
+
 @pytest.mark.django_db(transaction=True)  # as in the worker: the group's stage empties at commit
 def test_a_group_mixing_batches_with_and_without_a_column_stores_nulls_for_the_second(host):
     """One group commit, two batches of one host: the first reports memory utilisation (a
