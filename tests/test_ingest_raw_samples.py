@@ -107,3 +107,37 @@ def test_a_batch_overlapping_stored_samples_is_credited_only_its_new_ones(host, 
     assert credited[uuid.UUID(a["batch_id"])] == 8
     assert credited[uuid.UUID(b["batch_id"])] == 4
     assert GpuSample.objects.filter(gpu__host=h).count() == 12
+
+
+@pytest.mark.django_db(transaction=True)
+def test_store_batch_on_a_fresh_connection_creates_its_own_stage(host):
+    """store_batch on a connection that never staged (no prepare_session before, inside a
+    transaction as the worker's): it creates the staging table itself and stores the batch."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the COPY stage is the PostgreSQL path")
+    from django.db import transaction
+
+    from greenops.telemetry import store
+
+    h, _ = host
+    doc = make_batch(n_per_gpu=3, start=float(int(time.time()) // 60 * 60 - 120))
+    batch = ingest._parse_stored(doc)
+    connection.close()  # a new connection: no staging table, not in store's staged set
+    with transaction.atomic():
+        assert store.store_batch(batch, ingest.known_gpus(h)) == 6
+    assert GpuSample.objects.filter(gpu__host=h).count() == 6
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("binary", [False, True])
+def test_server_bound_cursor_reads_the_same_values_in_text_and_binary(binary):
+    """The ingest path's server-bound cursor, and its binary-result form the team page reads
+    its stored fleet buckets with (bytea, arrays): the same Python values either way."""
+    if connection.vendor != "postgresql":
+        pytest.skip("psycopg's server-side binding is the PostgreSQL path")
+    from greenops.telemetry import store
+
+    with store.server_bound_cursor(binary=binary) as cursor:
+        cursor.execute("SELECT %s::bytea, %s::int[], %s::double precision",
+                       [b"\x00\xff", [1, 2, 3], 1.5])
+        assert cursor.fetchall() == [(b"\x00\xff", [1, 2, 3], 1.5)]

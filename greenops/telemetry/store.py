@@ -123,16 +123,12 @@ def batch_columns(batch: Batch, gpu_ids: dict[int, int]) -> tuple[dict, dict]:
         "energy_method": batch.energy_method,
         "simulated": np.full(batch.n, batch.source == "simulated"),
     }
+    values["throttle_reasons"] = batch.throttle_reasons
     nulls: dict[str, np.ndarray] = {
         "energy_mj": batch.energy_mj_null,
         "energy_method": batch.energy_method == 0,
+        "throttle_reasons": batch.throttle_null,
     }
-    if batch.throttle_reasons is not None:
-        values["throttle_reasons"] = batch.throttle_reasons
-        nulls["throttle_reasons"] = batch.throttle_null
-    else:
-        values["throttle_reasons"] = np.zeros(batch.n, dtype=np.int64)
-        nulls["throttle_reasons"] = np.ones(batch.n, dtype=bool)
     for name, arr in batch.floats.items():
         values[name] = arr
         nulls[name] = np.isnan(arr)

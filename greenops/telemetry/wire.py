@@ -65,8 +65,8 @@ class Batch:
     energy_mj: np.ndarray  # int64, 0 where null
     energy_mj_null: np.ndarray  # bool
     energy_method: np.ndarray  # int16, 0 where null
-    throttle_reasons: np.ndarray | None = None  # int64, 0 where null
-    throttle_null: np.ndarray | None = None  # bool
+    throttle_reasons: np.ndarray  # int64, 0 where null (an absent column: all null)
+    throttle_null: np.ndarray  # bool
 
 
 def decode_body(body: bytes, gzip_encoded: bool, max_bytes: int) -> bytes:
