@@ -43,9 +43,11 @@ from greenops.windows import DAY, ceil, floor
 log = logging.getLogger(__name__)
 
 # A bucket is stored once it ended this long before the run: an agent sends every 10 s and a
-# batch waits in the ingest queue, so the newest minutes still fill; the lookback recomputes
-# them at the next runs anyway, this only keeps the page's stored figures from lagging behind.
-GRACE = dt.timedelta(minutes=2)
+# batch waits seconds in the ingest queue, so a minute after its end a bucket is complete (a
+# later batch is caught by the lookback at the next runs). Every bucket after it is computed
+# live on each page view -- for a 1,000-GPU fleet ~4 ms per minute of minute rollups -- so
+# the grace is kept short.
+GRACE = dt.timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
