@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.db import connection, transaction
-from django.db.models import BooleanField, Count, ExpressionWrapper, Q
+from django.db.models import BooleanField, Count, ExpressionWrapper
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -43,9 +43,9 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     # them separately). GPUs counted in SQL: a 1,000-GPU team need not load 1,000 Gpu objects.
     # At most HOME_HOSTS rows, offline ones first (what needs a look); the Hosts page has all.
     current = team.hosts.filter(removed_at__isnull=True)
-    offline = Q(last_seen__isnull=True) | Q(last_seen__lt=now - timedelta(seconds=120))
-    hosts = list(current.annotate(n_gpus=Count("gpus"), offline=ExpressionWrapper(
-        offline, output_field=BooleanField())).order_by("-offline", "name")[:HOME_HOSTS])
+    offline = ExpressionWrapper(Host.offline_q(now), output_field=BooleanField())
+    hosts = list(current.annotate(n_gpus=Count("gpus"), offline=offline)
+                 .order_by("-offline", "name")[:HOME_HOSTS])
     n_hosts = current.count() if len(hosts) == HOME_HOSTS else len(hosts)
     # The cost figures: this hour's snapshot (beat takes them), else computed once per window
     # for the whole page and stored for the next views.

@@ -280,6 +280,26 @@ def test_team_home_lists_twenty_hosts_offline_first(client, users, team):
     assert names[:3] == ["n-07", "n-13", "n-21"] and len(names) == 20
     assert names[3:] == [f"n-{i:02d}" for i in range(25) if i not in (7, 13, 21)][:17]
     assert "Showing 20 of 25 hosts" in html and f"/teams/{team.slug}/hosts/" in html
+    assert table.count('status offline">offline') == 3
+    assert table.count('status online">online') == 17
+
+
+@pytest.mark.django_db
+def test_offline_in_sql_is_the_negation_of_is_online(team):
+    """Host.offline_q (the home's ordering and badges) and Host.is_online (host pages, status)
+    draw the line at the same second: seen 120 s ago is online, 121 s ago offline."""
+    from django.utils import timezone
+
+    from greenops.telemetry.models import ONLINE_WINDOW_S, Host
+
+    now = timezone.now()
+    for name, age_s in (("fresh", 0), ("edge", ONLINE_WINDOW_S), ("late", ONLINE_WINDOW_S + 1)):
+        make_host(team, name, gpus=1)
+        Host.objects.filter(name=name).update(last_seen=now - dt.timedelta(seconds=age_s))
+    make_host(team, "never", gpus=1)
+    offline = set(Host.objects.filter(Host.offline_q(now)).values_list("name", flat=True))
+    assert offline == {"late", "never"}
+    assert {h.name for h in Host.objects.filter(team=team) if not h.is_online(now)} == offline
 
 
 @pytest.mark.parametrize("ids", [[], [0], [7, 8, 7], [1, 63, 64, 65], [49_999, 3, 1_000]])

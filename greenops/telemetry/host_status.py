@@ -9,9 +9,7 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from greenops.teams.models import Team
-from greenops.telemetry.models import Host, IngestBatch
-
-ONLINE_WINDOW_S = 120  # a host that sent nothing for 2 minutes (12 batches) is offline
+from greenops.telemetry.models import ONLINE_WINDOW_S, Host, IngestBatch
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ Rollups keep sums and counts rather than averages so that merging buckets stays 
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 from django.db import models
@@ -15,6 +16,8 @@ from greenops.teams.models import Team
 from greenops.tokens import hash_token, new_token
 
 TOKEN_PREFIX = "gho_"
+# A host that sent nothing for 2 minutes (12 of the agent's 10-second batches) is offline.
+ONLINE_WINDOW_S = 120
 
 
 class PurchaseOption(models.TextChoices):
@@ -65,10 +68,16 @@ class Host(models.Model):
         self.token_prefix = token[:10]
         return token
 
-    def is_online(self, now=None, window_s: int = 120) -> bool:
+    def is_online(self, now=None, window_s: int = ONLINE_WINDOW_S) -> bool:
         if self.last_seen is None:
             return False
         return ((now or timezone.now()) - self.last_seen).total_seconds() <= window_s
+
+    @staticmethod
+    def offline_q(now) -> models.Q:
+        """is_online's negation in SQL, for ordering or filtering a host list."""
+        return (models.Q(last_seen__isnull=True)
+                | models.Q(last_seen__lt=now - dt.timedelta(seconds=ONLINE_WINDOW_S)))
 
 
 class Gpu(models.Model):
