@@ -239,24 +239,23 @@ _FLEET_SQL = """
         NULL, NULL FROM per_host
     {reporting}
 """
-# Per GPU and display bucket. date_part (double precision), not extract (numeric): exact for
-# whole-second buckets and cheaper per row.
-_CELL_SQL = """
-        SELECT r.gpu_id, floor(date_part('epoch', r.bucket) / %(step)s)::bigint AS k,
-            sum(r.util_sum) AS us, sum(r.util_n) AS un, sum(coalesce(r.power_sum_w, 0)) AS ps,
-            sum(r.power_n) AS pn, sum(r.energy_j) AS e, sum(r.simulated_samples) AS sim,
-            sum(r.samples) AS n
-        FROM {table} r
-        WHERE r.gpu_id = ANY(%(gpus)s) AND r.bucket >= %(start)s AND r.bucket < %(end)s
-        GROUP BY 1, 2"""
-# When the display step is the rollup's own (the last hour's minutes, the week's hours, the
-# quarter's days) each rollup row is one cell: no sort and group (a fifth of the live tail).
-_CELL_ROW_SQL = """
-        SELECT r.gpu_id, floor(date_part('epoch', r.bucket) / %(step)s)::bigint AS k,
-            r.util_sum AS us, r.util_n AS un, coalesce(r.power_sum_w, 0) AS ps,
-            r.power_n AS pn, r.energy_j AS e, r.simulated_samples AS sim, r.samples AS n
-        FROM {table} r
-        WHERE r.gpu_id = ANY(%(gpus)s) AND r.bucket >= %(start)s AND r.bucket < %(end)s"""
+# Per GPU and display bucket: the rollup columns summed (alias, expression). date_part (double
+# precision), not extract (numeric): exact for whole-second buckets and cheaper per row.
+_CELL_SUMS = (("us", "r.util_sum"), ("un", "r.util_n"), ("ps", "coalesce(r.power_sum_w, 0)"),
+              ("pn", "r.power_n"), ("e", "r.energy_j"), ("sim", "r.simulated_samples"),
+              ("n", "r.samples"))
+
+
+def _cell_sql(table: str, one_row_each: bool) -> str:
+    """The `cell` CTE. one_row_each: the display step is the rollup's own (the last hour's
+    minutes, the week's hours, the quarter's days), so each rollup row is one cell -- no sort
+    and group (a fifth of the live tail)."""
+    sums = ", ".join(f"{e} AS {a}" if one_row_each else f"sum({e}) AS {a}" for a, e in _CELL_SUMS)
+    return (f"SELECT r.gpu_id, floor(date_part('epoch', r.bucket) / %(step)s)::bigint AS k, {sums}"
+            f" FROM {table} r WHERE r.gpu_id = ANY(%(gpus)s) AND r.bucket >= %(start)s"
+            f" AND r.bucket < %(end)s" + ("" if one_row_each else " GROUP BY 1, 2"))
+
+
 # Each rollup's own step, from the one table of ranges and rollups (queries.RESOLUTION).
 _ROLLUP_STEP_S = {name: int(step.total_seconds()) for name, step in RESOLUTION.values()}
 _REPORTING_SQL = """UNION ALL SELECT 2, count(DISTINCT gpu_id), NULL, NULL, NULL, NULL, NULL,
@@ -268,9 +267,7 @@ def bucket_figures(gpu_ids: list[int], resolution: str, start: dt.datetime, end:
     """The fleet's figures per display bucket over [start, end) (start a multiple of step_s)
     from the `resolution` rollups, computed in PostgreSQL. with_ids: each bucket's GPUs as a
     bitmap (stored rollups, a stored page's tail); else the GPUs reporting over the range."""
-    own_step = step_s == _ROLLUP_STEP_S[resolution]
-    cell = (_CELL_ROW_SQL if own_step else _CELL_SQL).format(
-        table=ROLLUPS[resolution]._meta.db_table)
+    cell = _cell_sql(ROLLUPS[resolution]._meta.db_table, step_s == _ROLLUP_STEP_S[resolution])
     sql = _FLEET_SQL.format(cell=cell,
                             ids="array_agg(gpu_id)" if with_ids else "NULL::bigint[]",
                             reporting="" if with_ids else _REPORTING_SQL)
