@@ -178,17 +178,24 @@ def pricing_changed(instance=None, **kwargs) -> None:
         cache.set(key, 1, None)
 
 
-def snapshot_key(team_id: int, hour: dt.datetime) -> str:
-    generations = cache.get_many([GENERATION_KEY, team_generation_key(team_id)])
-    shared = generations.get(GENERATION_KEY, 0)
-    own = generations.get(team_generation_key(team_id), 0)
-    return f"team-home:v2:{team_id}:{hour:%Y%m%dT%H}:{shared}:{own}"
+def _generation(team_id: int) -> str:
+    """The shared and the team's generation, read in one cache round trip."""
+    found = cache.get_many([GENERATION_KEY, team_generation_key(team_id)])
+    return f"{found.get(GENERATION_KEY, 0)}:{found.get(team_generation_key(team_id), 0)}"
+
+
+def snapshot_key(team_id: int, hour: dt.datetime, generation: str | None = None) -> str:
+    generation = generation or _generation(team_id)
+    return f"team-home:v2:{team_id}:{hour:%Y%m%dT%H}:{generation}"
 
 
 def page_usage(team: Team, now: dt.datetime) -> Usage:
     hour = windows.floor_hour(now)
-    for h in (hour, hour - dt.timedelta(hours=1)):
-        snap = cache.get(snapshot_key(team.id, h))
+    generation = _generation(team.id)
+    keys = [snapshot_key(team.id, h, generation) for h in (hour, hour - dt.timedelta(hours=1))]
+    found = cache.get_many(keys)  # this hour's and the previous hour's, one round trip
+    for key in keys:
+        snap = found.get(key)
         if snap is not None and snap.get("team_id") == team.id:
             return Usage(snap["figures"], now=snap["now"], computed_at=snap["computed_at"])
     return Usage(now=now, computed_at=timezone.now())
