@@ -42,16 +42,23 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+def flushes_database(node) -> bool:
+    """A transactional test (or one on a live server): pytest-django flushes every table after
+    it instead of rolling back."""
+    marker = node.get_closest_marker("django_db")
+    transactional = marker is not None and bool(
+        marker.kwargs.get("transaction") or (marker.args and marker.args[0]))
+    return transactional or bool(
+        {"live_server", "transactional_db"} & set(getattr(node, "fixturenames", ())))
+
+
 @pytest.fixture(autouse=True)
 def _price_catalog_after_a_flush(request):
     """A transactional test ends by flushing every table, which empties what the data migrations
     loaded: the bundled price catalog. pytest-django runs those tests after all the others, so
     only they can meet an emptied catalog, and then only in a whole-suite run (a smaller-GPU
     diagnosis silently went missing). Give the catalog back before each of them."""
-    marker = request.node.get_closest_marker("django_db")
-    transactional = marker is not None and bool(
-        marker.kwargs.get("transaction") or (marker.args and marker.args[0]))
-    if not (transactional or {"live_server", "transactional_db"} & set(request.fixturenames)):
+    if not flushes_database(request.node):
         return
     request.getfixturevalue("transactional_db")
     from greenops.costs import catalog

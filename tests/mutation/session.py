@@ -155,7 +155,7 @@ class SessionRunner:
         for i, item in enumerate(items):
             nextitem = items[i + 1] if i + 1 < len(items) else _SessionOnly(self.session)
             state()._stats.clear()
-            if self.migrated is None and _transactional(item) and _test_database_set_up():
+            if self.migrated is None and flushes_database(item) and _test_database_set_up():
                 self.migrated = self.seeded_counts(self.session)
             t0 = time.perf_counter()
             reports = self.runtestprotocol(item, log=True, nextitem=nextitem)
@@ -277,7 +277,7 @@ class SessionRunner:
 
     def repair_after(self, item) -> None:
         """Give the price catalog back after a transactional test flushed the database."""
-        if not _transactional(item):
+        if not flushes_database(item):
             return
         from pytest_django.plugin import blocking_manager_key
 
@@ -352,11 +352,11 @@ def _abort(message: str) -> None:
     pytest.exit(message, returncode=3)
 
 
-def _transactional(item) -> bool:
-    marker = item.get_closest_marker("django_db")
-    return (marker is not None and bool(marker.kwargs.get("transaction")
-                                        or (marker.args and marker.args[0]))) \
-        or bool({"live_server", "transactional_db"} & set(getattr(item, "fixturenames", ())))
+def flushes_database(item) -> bool:
+    """tests/conftest.py's rule (the scratch copy's, imported once pytest runs in mutants/)."""
+    from tests.conftest import flushes_database as rule
+
+    return rule(item)
 
 
 def _test_database_set_up() -> bool:
