@@ -209,6 +209,10 @@ INGEST_MAX_AGE_S = envint("INGEST_MAX_AGE_S", 30 * 86400)
 # batches arriving meanwhile share one transaction (greenops/telemetry/ingest.py). Adds at most
 # this much to the time from 202 to stored; 0 claims again at once.
 INGEST_GROUP_WAIT_S = envfloat("INGEST_GROUP_WAIT_S", 0.05)
+# The ingest path's hottest statements run as prepared statements (parsed and planned once per
+# connection). Behind PgBouncer older than 1.21 in transaction pooling mode, which cannot carry
+# prepared statements, set DB_PREPARED_STATEMENTS=false.
+DB_PREPARED_STATEMENTS = envbool("DB_PREPARED_STATEMENTS", True)
 # Storage over time (greenops/telemetry/partitions.py): raw samples kept N days (PostgreSQL: one
 # partition per UTC day), minute rollups N weeks (one partition per ISO week); hour and day
 # rollups are kept forever. 0 keeps a table forever. Raw days should exceed INGEST_MAX_AGE_S:

@@ -110,3 +110,47 @@ def test_a_batch_is_durable_before_its_202(team, client, settings, monkeypatch):
     assert row == (h.id, 10, "pending")
     assert queued == [doc["batch_id"]]
     assert GpuSample.objects.count() == 0
+
+
+def _prepared_accepts() -> int:
+    """How often this connection's prepared POST /samples statement has run (0: none
+    prepared). The test connection outlives a test, so tests compare before and after."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT generic_plans + custom_plans FROM pg_prepared_statements "
+                       "WHERE statement LIKE %s", ["%INSERT INTO telemetry_ingestbatch%"])
+        rows = cursor.fetchall()
+    assert len(rows) <= 1, rows
+    return rows[0][0] if rows else 0
+
+
+def _prepared_names() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM pg_prepared_statements")
+        return {name for (name,) in cursor.fetchall()}
+
+
+@pytest.mark.django_db
+def test_the_storing_statement_is_parsed_once_per_connection(host, client):
+    """It ran parsed and planned per request: most of PostgreSQL's CPU for a small batch."""
+    _, token = host
+    before = _prepared_accepts()
+    for _ in range(3):
+        assert post(client, token, make_batch()).status_code == 202
+    assert _prepared_accepts() == before + 3  # one prepared statement, run by every request
+    # Other statements keep Django's default: not prepared however often they run.
+    names = _prepared_names()
+    for _ in range(8):
+        ingest.known_gpus(host[0])
+        ingest._host_id(ingest.hash_token(token))
+    assert _prepared_names() == names
+
+
+@pytest.mark.django_db
+def test_prepared_statements_can_be_turned_off_for_a_pooler(host, client, settings):
+    settings.DB_PREPARED_STATEMENTS = False
+    _, token = host
+    before = _prepared_accepts()
+    for _ in range(3):
+        assert post(client, token, make_batch()).status_code == 202
+    assert _prepared_accepts() == before
+    assert IngestBatch.objects.count() == 3

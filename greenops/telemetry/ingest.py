@@ -227,7 +227,7 @@ def accept_samples(auth: SamplesAuth, body: bytes, content_encoding: str | None)
         "depth": spool[0] if spool else None, "age": spool[1] if spool else None,
         "stale": now - dt.timedelta(seconds=LAST_SEEN_RESOLUTION_S),
     }
-    with store.server_bound_cursor() as cursor:
+    with store.server_bound_cursor(prepare=True) as cursor:
         cursor.execute(_ACCEPT, params)
         row = cursor.fetchone()
     if row is None:  # revoked or rotated since this process cached the token
