@@ -98,6 +98,58 @@ def test_one_bad_value_is_a_422_naming_its_column_and_index(doc, column, data):
     assert caught.value.field == f"samples.{column}[{i}]"
 
 
+def _columns_one_by_one(samples: dict, n: int) -> dict:
+    """The float columns validated the plain way: numeric_column and check_range per column,
+    in wire's column order (what parse_batch did before it checked them as one matrix)."""
+    out = {}
+    for name, (lo, hi) in {**wire.FLOAT_FIELDS, **wire.OPTIONAL_FLOAT_FIELDS}.items():
+        if name not in samples:
+            out[name] = np.full(n, np.nan)
+            continue
+        arr = wire.numeric_column(name, samples[name], nullable=True, integer=False)
+        wire.check_range(name, arr, lo, hi)
+        out[name] = arr
+    return out
+
+
+# Anything a float column might hold: in range, null, out of range, a NaN or an infinity (a
+# Python float: a caller that builds the document itself), other JSON types, a huge integer.
+float_cells = st.one_of(
+    st.none(), st.floats(-1e3, 2e3, allow_nan=False, allow_infinity=False),
+    st.integers(-5, 200), st.just(math.nan), st.just(math.inf), st.just(-math.inf),
+    st.booleans(), st.just("1"), st.just(10**400), st.just(-1e12))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.integers(1, 6), st.data())
+def test_the_float_matrix_agrees_with_checking_column_by_column(n, data):
+    """Values, or the FieldError (status, field and message), equal the one-by-one check's."""
+    names = [*wire.FLOAT_FIELDS, *data.draw(st.lists(
+        st.sampled_from(sorted(wire.OPTIONAL_FLOAT_FIELDS)), unique=True), label="optional")]
+    good = st.one_of(st.none(), st.floats(0, 100, allow_nan=False))  # in every column's range
+    samples = {name: data.draw(st.lists(good, min_size=n, max_size=n), label=name)
+               for name in names}
+    for _ in range(data.draw(st.integers(0, 2), label="odd cells")):
+        column = samples[data.draw(st.sampled_from(names), label="column")]
+        column[data.draw(st.integers(0, n - 1), label="row")] = data.draw(float_cells)
+
+    def run(check):
+        try:
+            return {k: v.tolist() for k, v in check(samples, n).items()}
+        except FieldError as exc:
+            return (exc.status, exc.field, exc.message)
+        except OverflowError:  # 10**400 as a Python int: the same on both paths
+            return "OverflowError"
+
+    want, got = run(_columns_one_by_one), run(wire._float_columns)
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    else:
+        assert got == want
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8),

@@ -7,6 +7,7 @@ with PostgreSQL COPY. Everything here is pure: no database, no HTTP.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import uuid
@@ -294,18 +295,7 @@ def parse_batch(
         i = int(np.argmax(bad))
         raise invalid(f"samples.gpu_index[{i}]", "must be between 0 and 1023")
 
-    floats = {}
-    for name, (lo, hi) in FLOAT_FIELDS.items():
-        arr = numeric_column(name, samples[name], nullable=True, integer=False)
-        check_range(name, arr, lo, hi)
-        floats[name] = arr
-    for name, (lo, hi) in OPTIONAL_FLOAT_FIELDS.items():
-        if name in samples:
-            arr = numeric_column(name, samples[name], nullable=True, integer=False)
-            check_range(name, arr, lo, hi)
-        else:
-            arr = np.full(n, np.nan)
-        floats[name] = arr
+    floats = _float_columns(samples, n)
     throttle, throttle_null = _throttle_column(samples.get(THROTTLE_FIELD), n)
 
     energy_mj, mj_null = numeric_column("energy_mj", samples["energy_mj"], nullable=True,
@@ -331,6 +321,63 @@ def parse_batch(
         raise invalid("samples.ts", "two samples of the same GPU share a timestamp")
     return Batch(batch_id, agent_version, source, n, ts_us, gpu_index, floats, energy_mj, mj_null,
                  method, throttle, throttle_null)
+
+
+_FLOAT_BOUNDS = {**FLOAT_FIELDS, **OPTIONAL_FLOAT_FIELDS}
+_NUMBER_OR_NULL = frozenset({int, float, type(None)})
+
+
+def _float_columns(samples: dict, n: int) -> dict[str, np.ndarray]:
+    """Every float column, NaN for null (an absent optional column: all NaN), validated as
+    numeric_column and check_range validate one column at a time -- but as one matrix, in a
+    handful of numpy calls instead of four per column: at the agent's 80 samples per batch the
+    calls' fixed cost, not the values, was most of the web's validation CPU. A batch the matrix
+    finds anything wrong with (a type, a range, a NaN that was not a null) is checked again one
+    column at a time, so the error named is the one the column-by-column check finds first."""
+    names = [name for name in _FLOAT_BOUNDS if name in samples]
+    columns = [samples[name] for name in names]
+    matrix = None
+    if set(map(type, itertools.chain.from_iterable(columns))) <= _NUMBER_OR_NULL:
+        try:
+            matrix = np.array(columns, dtype=np.float64)  # null -> NaN
+        except (OverflowError, ValueError):  # an int too large for a float: named below
+            matrix = None
+    if matrix is not None:
+        lo, hi = _bounds(tuple(names))
+        with np.errstate(invalid="ignore"):  # NaN compares False: nulls are in range
+            bad = (matrix < lo) | (matrix > hi)  # +-inf is out of range too
+        if not bad.any() and _nan_only_for_null(matrix, columns):
+            given = dict(zip(names, matrix, strict=True))
+            absent = [name for name in _FLOAT_BOUNDS if name not in given]
+            given.update(zip(absent, np.full((len(absent), n), np.nan), strict=True))
+            return {name: given[name] for name in _FLOAT_BOUNDS}
+    floats = {}
+    for name, (lo, hi) in _FLOAT_BOUNDS.items():
+        if name in samples:
+            arr = numeric_column(name, samples[name], nullable=True, integer=False)
+            check_range(name, arr, lo, hi)
+        else:  # only optional columns may be absent (sample_columns)
+            arr = np.full(n, np.nan)
+        floats[name] = arr
+    return floats
+
+
+_BOUNDS: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _bounds(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds of these columns, as (k, 1) arrays to broadcast over the matrix
+    (one entry per set of columns an agent sends: a handful)."""
+    if names not in _BOUNDS:
+        both = np.array([_FLOAT_BOUNDS[name] for name in names])
+        _BOUNDS[names] = both[:, :1], both[:, 1:]
+    return _BOUNDS[names]
+
+
+def _nan_only_for_null(matrix: np.ndarray, columns: list[list]) -> bool:
+    """Every NaN in the matrix stands for a JSON null, not for a NaN float the caller put in."""
+    nans = int(np.isnan(matrix).sum())
+    return nans == 0 or nans == sum(column.count(None) for column in columns)
 
 
 def _throttle_column(values: list | None, n: int) -> tuple[np.ndarray, np.ndarray]:
