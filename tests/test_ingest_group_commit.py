@@ -261,3 +261,35 @@ def test_a_draining_task_waits_so_arrivals_share_one_group(team, settings, monke
         assert waits[0] == 0.05 and claims[:2] == [1, 3]
     else:
         assert waits == [] and claims[:4] == [1, 1, 1, 1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_of_late_batches_marks_their_hours_in_one_query_for_teams(
+        team, other_team, django_assert_max_num_queries):
+    """An agent draining its spool sends late batch after batch: each late hour of each team is
+    marked once, live batches and replays mark nothing, and the marks cost two queries for the
+    whole group (teams, then one INSERT), not two per batch."""
+    from greenops.telemetry import late
+    from greenops.telemetry.models import LateHour
+    from greenops.windows import floor_hour
+
+    host, _ = make_host(team, name="drain", gpus=1)
+    far, _ = make_host(other_team, name="drain-far", gpus=1)
+    now = time.time()
+    old = float(int(now) // 3600 * 3600 - 6 * 3600)  # the start of an hour, 6 h back: late
+    ids = [pend(host, make_batch(n_per_gpu=3, gpus=(0,), start=old + 60 * k)) for k in range(5)]
+    ids.append(pend(host, make_batch(n_per_gpu=3, gpus=(0,), start=old + 3600)))  # next hour
+    replay = make_batch(n_per_gpu=3, gpus=(0,), start=old)
+    ids.append(pend(host, replay))  # the first batch's samples again: adds none, marks none
+    ids.append(pend(far, make_batch(n_per_gpu=3, gpus=(0,), start=old)))  # another team
+    ids.append(pend(host, make_batch(n_per_gpu=3, gpus=(0,), start=now - 30)))  # live
+
+    with django_assert_max_num_queries(40) as ctx:  # the drain claims again after
+        ingest.process_pending(ids[0])
+    assert sum("telemetry_host" in q["sql"] for q in ctx.captured_queries) == 1
+    assert sum("telemetry_latehour" in q["sql"] for q in ctx.captured_queries) == 1
+
+    first = floor_hour(ingest._from_us(int(old * 1e6)))
+    assert set(LateHour.objects.values_list("team_id", "hour")) == {
+        (team.id, first), (team.id, first + late.HOUR), (other_team.id, first)}
+    assert GpuSample.objects.count() == 3 * 8

@@ -523,11 +523,7 @@ def _store_group(mine: uuid.UUID | None) -> tuple[int | None, int, bool]:
             parts.append(store.batch_columns(batch, gpu_ids) + (batch.n,))
             stored.append((batch_uuid, host_id, batch))
         inserted = store.store_group(parts) if parts else []
-        for (_, host_id, batch), k in zip(stored, inserted, strict=True):
-            first = _from_us(int(batch.ts_us.min()))
-            if k and late.is_late(first):  # live batches skip this (and its query)
-                team_id = Host.objects.values_list("team_id", flat=True).get(id=host_id)
-                late.mark(team_id, first, _from_us(int(batch.ts_us.max())))
+        _mark_late(stored, inserted)
         now = timezone.now()
         if stored:
             cursor.execute(
@@ -546,6 +542,22 @@ def _store_group(mine: uuid.UUID | None) -> tuple[int | None, int, bool]:
     # reads), so more may be pending.
     full = len(claimed) >= limit and (len(sizes) > limit or len(sizes) == GROUP_MAX_BATCHES)
     return results.get(mine), len(claimed), full
+
+
+def _mark_late(stored: list[tuple[uuid.UUID, int, wire.Batch]], inserted: list[int]) -> None:
+    """Mark the hours of the group's late batches that added samples (late.py), in one query for
+    their teams and one INSERT: an agent draining its spool after an outage sends a group of
+    late batches, and a query and an INSERT for each was a third of the worker's time then.
+    Live batches cost nothing here."""
+    spans = []
+    for (_, host_id, batch), k in zip(stored, inserted, strict=True):
+        first = _from_us(int(batch.ts_us.min()))
+        if k and late.is_late(first):
+            spans.append((host_id, first, _from_us(int(batch.ts_us.max()))))
+    if spans:
+        teams = dict(Host.objects.filter(id__in={host_id for host_id, _, _ in spans})
+                     .values_list("id", "team_id"))
+        late.mark_many([(teams[host_id], first, last) for host_id, first, last in spans])
 
 
 def _from_us(us: int) -> dt.datetime:
