@@ -53,3 +53,31 @@ def test_other_requests_take_the_whole_stack(client):
         client.get("/api/v1/samples")
     r = client.get("/api/v1/samples")  # not POST: the full stack, which answers 405
     assert r.status_code == 405 and r["X-Frame-Options"] == "DENY"
+
+
+@pytest.mark.django_db
+def test_the_fast_path_answers_without_ninjas_dispatch(host, post_batch):
+    from ninja.operation import Operation
+
+    _, token = host
+    with mock.patch.object(Operation, "run", refuse):
+        assert post_batch(token, make_batch()).status_code == 202
+        r = post_batch("gho_not-a-token", make_batch())
+    assert r.status_code == 401 and r.json()["field"] == "Authorization"
+
+
+@pytest.mark.django_db
+def test_without_the_fast_path_the_api_answers_the_same(host, post_batch, settings):
+    """The documented operation (v1.post_samples) serves the endpoint where MIDDLEWARE lacks
+    the fast path, with the same answers."""
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "fastpath" not in m]
+    _, token = host
+    doc = make_batch()
+    r = post_batch(token, doc)
+    assert r.status_code == 202 and r.json() == {"batch_id": doc["batch_id"], "samples": 10,
+                                                 "status": "queued"}
+    assert r["X-Frame-Options"] == "DENY"  # the whole stack ran
+    r = post_batch("gho_not-a-token", make_batch())
+    assert r.status_code == 401 and r.json()["field"] == "Authorization"
+    r = post_batch(token, {"batch_id": "x"})
+    assert r.status_code == 422 and r.json()["field"] == "batch_id"
