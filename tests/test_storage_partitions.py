@@ -102,6 +102,23 @@ def test_beat_creates_partitions_ahead_and_again_nothing(settings):
     assert today in {n for n, _, _ in partitions.partitions(partitions.RAW)}
 
 
+def _bucket_indexed(table: str) -> bool:
+    with connection.cursor() as c:
+        c.execute("SELECT indexdef FROM pg_indexes WHERE tablename = %s", [table])
+        return any(d.endswith("(bucket)") for (d,) in c.fetchall())
+
+
+def test_every_rollup_and_each_new_minute_partition_is_indexed_on_bucket(settings):
+    """The team page's live tail reads the newest buckets of every GPU bucket-first: the index
+    must be on each rollup table and on each partition beat creates later."""
+    for table in ("telemetry_gpuminute", "telemetry_gpuhour", "telemetry_gpuday"):
+        assert _bucket_indexed(table), table
+    settings.PARTITIONS_AHEAD_DAYS = 0
+    created = partitions.create_ahead(dt.datetime(2027, 6, 2, tzinfo=dt.UTC))
+    [week] = created["telemetry_gpuminute"]
+    assert _bucket_indexed(week)
+
+
 def test_a_sample_for_a_day_without_partition_is_stored_once_then_moved(host):
     h, _ = host
     now = timezone.now()

@@ -249,10 +249,12 @@ _CELL_SUMS = (("us", "r.util_sum"), ("un", "r.util_n"), ("ps", "coalesce(r.power
 def _cell_sql(table: str, one_row_each: bool) -> str:
     """The `cell` CTE. one_row_each: the display step is the rollup's own (the last hour's
     minutes, the week's hours, the quarter's days), so each rollup row is one cell -- no sort
-    and group (a fifth of the live tail)."""
+    and group (a fifth of the live tail). The ids as bigint[], the type of gpu_id: an int4 array
+    made `gpu_id = ANY(...)` a cross-type comparison that PostgreSQL will not hash, so a scan
+    checked each row against the team's 1,000 ids one by one."""
     sums = ", ".join(f"{e} AS {a}" if one_row_each else f"sum({e}) AS {a}" for a, e in _CELL_SUMS)
     return (f"SELECT r.gpu_id, floor(date_part('epoch', r.bucket) / %(step)s)::bigint AS k, {sums}"
-            f" FROM {table} r WHERE r.gpu_id = ANY(%(gpus)s) AND r.bucket >= %(start)s"
+            f" FROM {table} r WHERE r.gpu_id = ANY(%(gpus)s::bigint[]) AND r.bucket >= %(start)s"
             f" AND r.bucket < %(end)s" + ("" if one_row_each else " GROUP BY 1, 2"))
 
 
@@ -260,6 +262,13 @@ def _cell_sql(table: str, one_row_each: bool) -> str:
 _ROLLUP_STEP_S = {name: int(step.total_seconds()) for name, step in RESOLUTION.values()}
 _REPORTING_SQL = """UNION ALL SELECT 2, count(DISTINCT gpu_id), NULL, NULL, NULL, NULL, NULL,
         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM cell"""
+
+
+def id_array(ids) -> str:
+    """Ids as one PostgreSQL array literal ('{1,2,3}', cast to bigint[] in the SQL). A Python
+    list is quoted element by element by psycopg's client-side binding: 1-2 ms for a 1,000-GPU
+    team, on every page view."""
+    return "{" + ",".join(str(int(i)) for i in ids) + "}"
 
 
 def bucket_figures(gpu_ids: list[int], resolution: str, start: dt.datetime, end: dt.datetime,
@@ -274,7 +283,8 @@ def bucket_figures(gpu_ids: list[int], resolution: str, start: dt.datetime, end:
     out = BucketFigures(step_s)
     by_host: dict[int, dict[int, float]] = defaultdict(dict)
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"gpus": gpu_ids, "start": start, "end": end, "step": step_s})
+        cursor.execute(sql, {"gpus": id_array(gpu_ids), "start": start, "end": end,
+                             "step": step_s})
         rows = cursor.fetchall()
     for kind, k, *figures in rows:
         if kind == 0:

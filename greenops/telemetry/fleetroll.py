@@ -35,7 +35,7 @@ from django.utils import timezone
 from greenops.charts import MAX_POINTS
 from greenops.teams.models import Team
 from greenops.telemetry import late
-from greenops.telemetry.fleet import bucket_figures, display_step_s
+from greenops.telemetry.fleet import bucket_figures, display_step_s, id_array
 from greenops.telemetry.models import FleetBucket, FleetFill
 from greenops.telemetry.queries import MAX_GPU_SERIES, RANGES, RESOLUTION, team_gpus
 from greenops.windows import DAY, ceil, floor
@@ -86,8 +86,8 @@ def _fingerprints(table: str, gpu_ids: list[int], start: dt.datetime,
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT bucket, sum(samples), count(*), sum(gpu_id) FROM {table} "
-            "WHERE gpu_id = ANY(%s) AND bucket >= %s AND bucket < %s GROUP BY bucket",
-            [gpu_ids, start, end])
+            "WHERE gpu_id = ANY(%s::bigint[]) AND bucket >= %s AND bucket < %s GROUP BY bucket",
+            [id_array(gpu_ids), start, end])
         return {b: (int(n), int(g), int(s)) for b, n, g, s in cursor.fetchall()}
 
 
