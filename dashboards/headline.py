@@ -313,7 +313,8 @@ def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None) -> d
     month = windows.month_containing(now, team.time_zone)
     start = month.start
     end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
-    k = kpi_queries.kpis(team, None, start, end, Period.HOUR)
+    k = kpi_queries.kpis(team, None, start, end, Period.HOUR,
+                         kpi_queries.rows_by_day(team, None, start, end))
     costs, missing = _month_costs(team, (usage.now if usage else None) or now, usage)
     return {"start": start, "label": month.label,
             "cost_usd": costs["priced_cost_usd"], "unpriced": missing,

@@ -203,3 +203,44 @@ def test_home_shows_what_is_firing_and_only_for_its_own_team(client, users, team
         state=State.OK)
     html = client.get(f"/teams/{team.slug}/").content.decode()
     assert "No alerts firing (4 rules)" in html
+
+
+def test_month_to_date_reads_day_rows_and_equals_the_sum_of_hours(db, team):
+    """Late in a month the cards read each whole UTC day's row (the exact merge of its hours)
+    and hour rows only at the edges and for a day not rolled up yet -- the same figures as
+    every hour row of the month, from ~30 rows instead of ~700."""
+    from dashboards import headline
+    from greenops.kpis import queries as kq
+    from greenops.kpis import rollup
+    from greenops.kpis.models import KpiRollup, Period
+
+    team.time_zone = "America/New_York"  # the month starts at 05:00 UTC, mid UTC day
+    team.save()
+    now = dt.datetime(2026, 11, 20, 15, 30, tzinfo=dt.UTC)
+    month_start = dt.datetime(2026, 11, 1, 4, tzinfo=dt.UTC)  # midnight EDT
+    hours = [month_start - dt.timedelta(hours=6) + dt.timedelta(hours=h)
+             for h in range(int((now - month_start).total_seconds() // 3600) + 7)]
+    KpiRollup.objects.bulk_create([
+        KpiRollup(team=team, period=Period.HOUR, bucket=b, gpu_energy_j=3.6e6 + 1000 * i,
+                  facility_energy_j=4.0e6 + 1000 * i, co2e_g=100.0 + i, requests=10 * i,
+                  util_sum=50.0, util_n=1, gpu_minutes=60, measured_s=3600.0,
+                  latency_sum_ms=5.0 * i, latency_n=i)
+        for i, b in enumerate(hours)])
+    day = dt.datetime(2026, 11, 2, tzinfo=dt.UTC)
+    while day < dt.datetime(2026, 11, 20, tzinfo=dt.UTC):
+        if day != dt.datetime(2026, 11, 9, tzinfo=dt.UTC):  # one day not rolled up yet
+            rollup.rollup_day(team, day)
+        day += dt.timedelta(days=1)
+
+    end = now.replace(minute=0) + dt.timedelta(hours=1)
+    every_hour = kq.kpis(team, None, month_start, end, Period.HOUR)
+    by_day = kq.rows_by_day(team, None, month_start, end)
+    assert sum(r.period == Period.DAY for r in by_day) == 17  # 2-19 Nov less the 9th
+    # The 1st from 04:00 (20 h), the 9th (24 h) and the 20th to 16:00 (16 h) from hours.
+    assert sum(r.period == Period.HOUR for r in by_day) == 20 + 24 + 16
+    edges = {month_start, end - kq.STEP[Period.HOUR]}
+    assert edges <= {r.bucket for r in by_day if r.period == Period.HOUR}
+    month = headline.month_to_date(team, now)
+    for key in ("energy_kwh", "co2e_kg", "requests"):
+        assert month[key] == pytest.approx(every_hour[key], rel=1e-12), key
+    assert month["requests"] == sum(10 * i for i, b in enumerate(hours) if month_start <= b < end)

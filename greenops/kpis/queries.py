@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.db.models import Q
+
 from greenops import windows
 from greenops.kpis import metrics
 from greenops.kpis.models import KpiRollup, Period
@@ -44,6 +46,27 @@ def rows(team: Team, workload: Workload | None, period: str, start: dt.datetime,
          end: dt.datetime):
     qs = KpiRollup.objects.filter(team=team, period=period, bucket__gte=start, bucket__lt=end)
     return qs.filter(workload=workload) if workload else qs.filter(workload__isnull=True)
+
+
+def rows_by_day(team: Team, workload: Workload | None, start: dt.datetime,
+                end: dt.datetime) -> list[KpiRollup]:
+    """The rows that cover the hour-aligned [start, end): each whole UTC day in it from its day
+    row (rollup.rollup_day: the exact merge of its hours), the rest -- the hours before the
+    first whole day and after the last, and any day whose day row is not written yet -- from
+    hour rows. A month to date late in the month is ~30 day rows and a day's hours instead of
+    up to 744 hour rows, each a model object to build on every team-home view."""
+    first, last = windows.ceil(start, windows.DAY), windows.floor_day(end)
+    if first >= last:
+        return list(rows(team, workload, Period.HOUR, start, end))
+    days = list(rows(team, workload, Period.DAY, first, last))
+    hours = Q(bucket__lt=first) | Q(bucket__gte=last)
+    have = {r.bucket for r in days}
+    day = first
+    while day < last:
+        if day not in have:
+            hours |= Q(bucket__gte=day, bucket__lt=day + windows.DAY)
+        day += windows.DAY
+    return days + list(rows(team, workload, Period.HOUR, start, end).filter(hours))
 
 
 def kpis(team: Team, workload: Workload | None, start: dt.datetime, end: dt.datetime,
