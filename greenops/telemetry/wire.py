@@ -343,7 +343,8 @@ def _float_columns(samples: dict, n: int) -> dict[str, np.ndarray]:
         except (OverflowError, ValueError):  # an int too large for a float: named below
             matrix = None
     if matrix is not None:
-        lo, hi = _bounds(tuple(names))
+        bounds = np.array([_FLOAT_BOUNDS[name] for name in names])
+        lo, hi = bounds[:, :1], bounds[:, 1:]  # (k, 1): broadcast over each column's row
         with np.errstate(invalid="ignore"):  # NaN compares False: nulls are in range
             bad = (matrix < lo) | (matrix > hi)  # +-inf is out of range too
         if not bad.any() and _nan_only_for_null(matrix, columns):
@@ -360,18 +361,6 @@ def _float_columns(samples: dict, n: int) -> dict[str, np.ndarray]:
             arr = np.full(n, np.nan)
         floats[name] = arr
     return floats
-
-
-_BOUNDS: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
-
-
-def _bounds(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Lower and upper bounds of these columns, as (k, 1) arrays to broadcast over the matrix
-    (one entry per set of columns an agent sends: a handful)."""
-    if names not in _BOUNDS:
-        both = np.array([_FLOAT_BOUNDS[name] for name in names])
-        _BOUNDS[names] = both[:, :1], both[:, 1:]
-    return _BOUNDS[names]
 
 
 def _nan_only_for_null(matrix: np.ndarray, columns: list[list]) -> bool:
