@@ -34,8 +34,8 @@ from django.utils import timezone
 
 from greenops.charts import MAX_POINTS
 from greenops.teams.models import Team
-from greenops.telemetry import late
-from greenops.telemetry.fleet import bucket_figures, display_step_s, id_array
+from greenops.telemetry import late, store
+from greenops.telemetry.fleet import bucket_figures, display_step_s
 from greenops.telemetry.models import FleetBucket, FleetFill
 from greenops.telemetry.queries import MAX_GPU_SERIES, RANGES, RESOLUTION, team_gpus
 from greenops.windows import DAY, ceil, floor
@@ -87,7 +87,7 @@ def _fingerprints(table: str, gpu_ids: list[int], start: dt.datetime,
         cursor.execute(
             f"SELECT bucket, sum(samples), count(*), sum(gpu_id) FROM {table} "
             "WHERE gpu_id = ANY(%s::bigint[]) AND bucket >= %s AND bucket < %s GROUP BY bucket",
-            [id_array(gpu_ids), start, end])
+            [store.int_array(gpu_ids), start, end])
         return {b: (int(n), int(g), int(s)) for b, n, g, s in cursor.fetchall()}
 
 

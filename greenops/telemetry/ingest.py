@@ -222,7 +222,7 @@ def accept_samples(auth: SamplesAuth, body: bytes, content_encoding: str | None)
     params = {
         "token": auth.token_hash, "id": batch.batch_id, "now": now, "n": batch.n,
         "payload": body, "gzip": (content_encoding or "").strip().lower() == "gzip",
-        "gpus": "{" + ",".join(map(str, np.unique(batch.gpu_index).tolist())) + "}",
+        "gpus": store.int_array(np.unique(batch.gpu_index).tolist()),
         "version": batch.agent_version, "spool": spool is not None,
         "depth": spool[0] if spool else None, "age": spool[1] if spool else None,
         "stale": now - dt.timedelta(seconds=LAST_SEEN_RESOLUTION_S),
