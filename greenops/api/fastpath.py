@@ -34,16 +34,19 @@ class SamplesFastPath:
 
 
 def answer_samples(request: HttpRequest) -> HttpResponse:
-    """POST /api/v1/samples: 202 with what ingest.accept_samples says, or the API's error."""
-    from greenops.api import v1  # the API's error answers (v1 imports the URLconf's world)
-
+    """POST /api/v1/samples: 202 with what ingest.accept_samples says, or the API's error
+    (greenops.api.v1's handlers, imported only for an error: v1 imports the URLconf's world)."""
     try:
         auth = ingest.samples_auth(request.headers.get("Authorization"))
         answer = ingest.accept_samples(auth, request.body, request.headers.get("Content-Encoding"))
     except FieldError as exc:
-        response = v1.on_field_error(request, exc)
+        from greenops.api.v1 import on_field_error
+
+        response = on_field_error(request, exc)
     except RequestDataTooBig as exc:
-        response = v1.on_too_big(request, exc)
+        from greenops.api.v1 import on_too_big
+
+        response = on_too_big(request, exc)
     else:
         # A plain JsonResponse: the answer is built from validated values, so running it
         # through the Accepted schema again only cost CPU on the busiest endpoint.
