@@ -6,7 +6,6 @@ from datetime import timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.db import connection, transaction
-from django.db.models import BooleanField, Count, ExpressionWrapper
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -36,17 +35,16 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     """The team home: what the team's AI costs and what to change, then the fleet's charts."""
     key = windows.range_from_request(request, RANGES)
     now = timezone.now()
+    # Every host with its GPUs' ids, offline first: the charts' GPUs and the host table.
+    team_hosts = fleet.team_hosts(team, now)
     # Closed chart buckets from the team's fleet rollups, the still-filling ones live.
-    fleet_series = fleet.team_fleet_series(team, key, now)
+    fleet_series = fleet.team_fleet_series(team, key, now, team_hosts)
     days = headline.daily_by_workload(team, key, now)
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
-    # them separately). GPUs counted in SQL: a 1,000-GPU team need not load 1,000 Gpu objects.
-    # At most HOME_HOSTS rows, offline ones first (what needs a look); the Hosts page has all.
-    current = team.hosts.filter(removed_at__isnull=True)
-    offline = ExpressionWrapper(Host.offline_q(now), output_field=BooleanField())
-    hosts = list(current.annotate(n_gpus=Count("gpus"), offline=offline)
-                 .order_by("-offline", "name")[:HOME_HOSTS])
-    n_hosts = current.count() if len(hosts) == HOME_HOSTS else len(hosts)
+    # them separately). At most HOME_HOSTS rows, offline ones first (what needs a look); the
+    # Hosts page has all.
+    current = [h for h in team_hosts if h["removed_at"] is None]
+    hosts = [{**h, "n_gpus": len(h["gpu_ids"])} for h in current[:HOME_HOSTS]]
     # The cost figures: this hour's snapshot (beat takes them), else computed once per window
     # for the whole page and stored for the next views.
     usage = headline.page_usage(team, now)
@@ -64,7 +62,7 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
                 days, "co2e_kg", "Carbon per day by workload", "kg CO2e", ",.3g"),
         },
         "hosts": hosts,
-        "n_hosts": n_hosts,
+        "n_hosts": len(current),
         "ranges": RANGES,
         "range_key": key,
         "now": now,

@@ -143,9 +143,9 @@ def test_stored_rows_are_what_the_page_reads(fleet, team, monkeypatch):
     calls = []
     real = fleet_module.bucket_figures
 
-    def spy(gpu_ids, resolution, start, end, step_s, with_ids=False):
+    def spy(gpu_ids, resolution, start, end, step_s, **kwargs):
         calls.append((resolution, start, end))
-        return real(gpu_ids, resolution, start, end, step_s, with_ids)
+        return real(gpu_ids, resolution, start, end, step_s, **kwargs)
 
     monkeypatch.setattr(fleet_module, "bucket_figures", spy)
     fs = page(team, "week")
@@ -153,6 +153,38 @@ def test_stored_rows_are_what_the_page_reads(fleet, team, monkeypatch):
     until = FleetFill.objects.get(team=team, step_s=3600).until
     assert calls == [("hour", until, NOW.replace(minute=0, second=0) + HOUR)]
     assert until == NOW.replace(minute=0, second=0)  # at 12:28:30 (grace) 11:00 had closed
+
+
+def test_tail_reads_its_gpus_only_when_the_stored_buckets_lack_one(fleet, team, monkeypatch):
+    """The GPUs reporting over a range are the stored buckets' GPUs plus the tail's: the tail
+    is asked for its GPUs only when some team GPU is in no stored bucket, and a GPU whose first
+    sample is in the tail is counted."""
+    from greenops.telemetry import fleet as fleet_module
+    from greenops.telemetry import fleetroll
+
+    fleetroll.fill(NOW)
+    asked = []
+    real = fleet_module.bucket_figures
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("with_ids"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fleet_module, "bucket_figures", spy)
+    # The week's stored hours hold all 21 GPUs (node-e's 27-29 h ago): no ids from the tail.
+    fs = page(team, "week")
+    assert asked == [False] and fs == live(team, "week")
+    # The last hour's stored minutes lack node-e's GPU and node-c's silent GPU 2.
+    asked.clear()
+    fs = page(team, "hour")
+    assert asked == [True] and fs == live(team, "hour")
+    # node-f's only GPU reports first in the week's tail (12:00 to 13:00): 22 GPUs.
+    f, _ = make_host(team, "node-f", gpus=1)
+    store(f, [(0, NOW - dt.timedelta(seconds=20), 50.0, 200.0)])
+    asked.clear()
+    fs = page(team, "week")
+    assert asked == [True] and fs["totals"]["gpus_reporting"] == 22
+    assert fs == live(team, "week")
 
 
 def test_late_batch_added_gpu_and_deleted_host_reach_the_stored_buckets(fleet, team):
