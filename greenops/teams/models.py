@@ -7,7 +7,6 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.http import Http404
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -80,14 +79,6 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} as {self.role}"
-
-
-def team_for_user_or_404(user, slug: str) -> Team:
-    """The one access check for team-scoped pages: a team the user isn't in does not exist."""
-    team = Team.objects.for_user(user).filter(slug=slug).first()
-    if team is None:
-        raise Http404("No such team")
-    return team
 
 
 API_TOKEN_PREFIX = "gha_"

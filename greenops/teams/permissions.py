@@ -13,10 +13,11 @@ from functools import wraps
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.db.models import F
+from django.http import Http404, HttpRequest, HttpResponse
 
 from greenops.errors import FieldError
-from greenops.teams.models import Membership, Role, Team, team_for_user_or_404
+from greenops.teams.models import Role, Team
 
 ROLE_ORDER: tuple[str, ...] = (Role.VIEWER, Role.MEMBER, Role.ADMIN, Role.OWNER)
 
@@ -87,8 +88,13 @@ def authorize(user, slug: str, action: str) -> tuple[Team, str]:
     Not a member: 404 (another team's things do not exist for you). A member whose role is too
     low: PermissionDenied (403), because they can see the team and deserve to know why.
     """
-    team = team_for_user_or_404(user, slug)
-    role = Membership.objects.filter(team=team, user=user).values_list("role", flat=True).first()
+    # One query on every team page: the team with the user's role in it, read through the
+    # join that finds the membership (one per team and user) rather than a second query.
+    team = (Team.objects.for_user(user).filter(slug=slug)
+            .annotate(user_role=F("memberships__role")).first())
+    if team is None:
+        raise Http404("No such team")
+    role = team.user_role
     if not allows(role, action):
         raise PermissionDenied(f"{action} needs the {MATRIX[action].min_role} role")
     return team, role
