@@ -20,6 +20,7 @@ from greenops.costs import accounting
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.kpis import metrics
 from greenops.kpis import queries as kpi_queries
+from greenops.kpis import rollup as kpi_rollup
 from greenops.kpis.models import KpiRollup, Period
 from greenops.teams.models import Team
 from greenops.telemetry.queries import RANGES as PAGE_RANGES
@@ -227,13 +228,56 @@ def take_snapshot(team: Team, now: dt.datetime | None = None) -> Usage:
     return usage
 
 
+# ---- The KPI figures of the team home, kept until the team's KPI rollups change -------------
+# The cards, the month to date and the daily bars read only KPI rollup rows, which beat rewrites
+# every few minutes (kpis.rollup) while the page is viewed far more often: they are computed
+# once per change of those rows (the KPI generation, bumped on commit by their one writer), of
+# the team's own generation (its workloads' names, hosts), of the hour their windows end at and
+# of the month the team's time zone is in. The key carries the team's creation time as well, so
+# a team id used again (a test database made anew beside a shared Redis) never reads another
+# team's figures.
+KPIS_TTL_S = 2 * 3600
+
+
+def kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
+    """What the team home reads from KPI rollups at `range_key`, computed now."""
+    month = windows.month_containing(now, team.time_zone)
+    end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
+    return {
+        "overview": kpi_queries.overview(team, None, kpi_range(range_key), now),
+        "month": kpi_queries.kpis(team, None, month.start, end, Period.HOUR,
+                                  kpi_queries.rows_by_day(team, None, month.start, end)),
+        "daily": daily_by_workload(team, range_key, now),
+    }
+
+
+def kpis_key(team: Team, range_key: str, now: dt.datetime) -> str:
+    month = windows.month_containing(now, team.time_zone)
+    return (f"team-home:kpis:v1:{team.id}:{team.created_at.timestamp():.6f}:"
+            f"{kpi_range(range_key)}:{windows.floor_hour(now):%Y%m%dT%H}:"
+            f"{month.start:%Y%m%dT%H%M}:{kpi_rollup.generation(team.id)}:"
+            f"{_generation(team.id)}")
+
+
+def page_kpis(team: Team, range_key: str, now: dt.datetime) -> dict:
+    """kpi_figures, from the cache while nothing they are computed from has changed."""
+    key = kpis_key(team, range_key, now)
+    found = cache.get(key)
+    if found is None:
+        found = kpi_figures(team, range_key, now)
+        cache.set(key, found, KPIS_TTL_S)
+    return found
+
+
 def headline(team: Team, range_key: str, now: dt.datetime | None = None,
-             usage: Usage | None = None) -> dict:
+             usage: Usage | None = None, kpis: dict | None = None) -> dict:
+    """The cards; `kpis`: kpi_figures (or page_kpis) of the same team, range and clock."""
     now = now or timezone.now()
     usage = usage or Usage(now=now)
+    kpis = kpis or kpi_figures(team, range_key, now)
     cnow = usage.now or now  # the cost figures' clock: a snapshot's may be an hour behind
     key = kpi_range(range_key)
-    ov = kpi_queries.overview(team, None, key, now)
+    ov = kpis["overview"]
     label, span = kpi_queries.RANGES[key].label, kpi_queries.RANGES[key].span
     days = span.total_seconds() / 86400
     costs_now, missing = _costs(team, days, cnow, usage)
@@ -300,21 +344,24 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
         "cards": cards, "comparable": ov["comparable"],
         "previous_partial": ov["previous_partial"], "simulated": cur.get("simulated"),
         "unpriced": missing, "costs": costs_now,
-        "month": month_to_date(team, now, usage),
+        "month": month_to_date(team, now, usage, kpis["month"]),
         # When the cost figures were computed and the hour their windows end at.
         "costs_as_of": usage.computed_at, "costs_end": windows.floor_hour(cnow),
         "end_hour": windows.floor_hour(now),
     }
 
 
-def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None) -> dict:
+def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None,
+                  month_kpis: dict | None = None) -> dict:
     """This calendar month (in the team's time zone) so far: cost (priced hosts), IT energy,
-    carbon, inferences."""
+    carbon, inferences. `month_kpis`: kpi_figures' "month", when the caller has it."""
     month = windows.month_containing(now, team.time_zone)
     start = month.start
-    end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
-    k = kpi_queries.kpis(team, None, start, end, Period.HOUR,
-                         kpi_queries.rows_by_day(team, None, start, end))
+    k = month_kpis
+    if k is None:
+        end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
+        k = kpi_queries.kpis(team, None, start, end, Period.HOUR,
+                             kpi_queries.rows_by_day(team, None, start, end))
     costs, missing = _month_costs(team, (usage.now if usage else None) or now, usage)
     return {"start": start, "label": month.label,
             "cost_usd": costs["priced_cost_usd"], "unpriced": missing,

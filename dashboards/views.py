@@ -39,7 +39,9 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     team_hosts = fleet.team_hosts(team, now)
     # Closed chart buckets from the team's fleet rollups, the still-filling ones live.
     fleet_series = fleet.team_fleet_series(team, key, now, team_hosts)
-    days = headline.daily_by_workload(team, key, now)
+    # The cards, month to date and daily bars: KPI rollups only, kept until those change.
+    kpis = headline.page_kpis(team, key, now)
+    days = kpis["daily"]
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
     # them separately). At most HOME_HOSTS rows, offline ones first (what needs a look); the
     # Hosts page has all.
@@ -50,7 +52,7 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     usage = headline.page_usage(team, now)
     ctx = {
         "team": team,
-        "head": headline.headline(team, key, now, usage),
+        "head": headline.headline(team, key, now, usage, kpis),
         "recommendations": headline.top_recommendations(team, now, usage=usage),
         "firing": headline.firing_alerts(team),
         "usage": fleet_series,

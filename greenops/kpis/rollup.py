@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models.functions import TruncHour
 from django.utils import timezone
@@ -45,14 +46,41 @@ def _empty(t: metrics.Totals) -> bool:
                 or t.latency_buckets or t.latency_n or t.cost_usd is None or t.cost_usd)
 
 
+# A counter per team that every write of its KPI rollups bumps once committed, so figures
+# computed from those rows can be kept until it moves (dashboards.headline.page_kpis). After
+# the commit, never before: a reader in between would store the old rows' figures under the
+# new value and keep them.
+GENERATION_KEY = "kpis:generation"
+
+
+def generation_key(team_id: int) -> str:
+    return f"{GENERATION_KEY}:{team_id}"
+
+
+def generation(team_id: int) -> int:
+    return cache.get(generation_key(team_id), 0)
+
+
+def _changed(team_id: int) -> None:
+    def bump() -> None:
+        try:
+            cache.incr(generation_key(team_id))
+        except ValueError:  # not set yet (or evicted)
+            cache.set(generation_key(team_id), 1, None)
+    transaction.on_commit(bump)
+
+
 def _save(team: Team, workload: Workload | None, period: str, bucket: dt.datetime,
           t: metrics.Totals) -> None:
+    """The one writer of KPI rollup rows."""
     key = {"team": team, "workload": workload, "period": period, "bucket": bucket}
     if _empty(t):
-        KpiRollup.objects.filter(**key).delete()
+        if KpiRollup.objects.filter(**key).delete()[0]:
+            _changed(team.id)
         return
     KpiRollup.objects.update_or_create(**key, defaults={**t.as_row(),
                                                         "computed_at": timezone.now()})
+    _changed(team.id)
 
 
 def rollup_hour(team: Team, hour: dt.datetime, factors: Factors | None = None) -> None:
@@ -89,9 +117,11 @@ def rollup_day(team: Team, day: dt.datetime) -> None:
     with transaction.atomic():
         stale = KpiRollup.objects.filter(team=team, period=Period.DAY, bucket=day)
         keep = [k for k in by_workload if k is not None]
-        stale.filter(workload__isnull=False).exclude(workload_id__in=keep).delete()
+        gone = stale.filter(workload__isnull=False).exclude(workload_id__in=keep).delete()[0]
         if None not in by_workload:
-            stale.filter(workload__isnull=True).delete()
+            gone += stale.filter(workload__isnull=True).delete()[0]
+        if gone:
+            _changed(team.id)
         for workload_id, rows in by_workload.items():
             workload = rows[0].workload if workload_id is not None else None
             _save(team, workload, Period.DAY, day, metrics.merge(rows))
