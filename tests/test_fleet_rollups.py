@@ -317,11 +317,13 @@ def test_team_home_lists_twenty_hosts_offline_first(client, users, team):
 
 
 @pytest.mark.django_db
-def test_offline_in_sql_is_the_negation_of_is_online(team):
-    """Host.offline_q (the home's ordering and badges) and Host.is_online (host pages, status)
-    draw the line at the same second: seen 120 s ago is online, 121 s ago offline."""
+def test_home_offline_flags_are_the_negation_of_is_online(team):
+    """team_hosts' offline flags (the home's ordering and badges) and Host.is_online (host
+    pages, status) draw the line at the same second: seen 120 s ago is online, 121 s ago
+    offline; offline hosts first, by name within each group."""
     from django.utils import timezone
 
+    from greenops.telemetry.fleet import team_hosts
     from greenops.telemetry.models import ONLINE_WINDOW_S, Host
 
     now = timezone.now()
@@ -329,9 +331,12 @@ def test_offline_in_sql_is_the_negation_of_is_online(team):
         make_host(team, name, gpus=1)
         Host.objects.filter(name=name).update(last_seen=now - dt.timedelta(seconds=age_s))
     make_host(team, "never", gpus=1)
-    offline = set(Host.objects.filter(Host.offline_q(now)).values_list("name", flat=True))
-    assert offline == {"late", "never"}
-    assert {h.name for h in Host.objects.filter(team=team) if not h.is_online(now)} == offline
+    rows = team_hosts(team, now)
+    assert [(h["name"], h["offline"]) for h in rows] == [
+        ("late", True), ("never", True), ("edge", False), ("fresh", False)]
+    assert {h.name for h in Host.objects.filter(team=team) if not h.is_online(now)} == {
+        h["name"] for h in rows if h["offline"]}
+    assert all(len(h["gpu_ids"]) == 1 for h in rows)
 
 
 @pytest.mark.parametrize("ids", [[], [0], [7, 8, 7], [1, 63, 64, 65], [49_999, 3, 1_000]])

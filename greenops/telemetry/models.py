@@ -69,15 +69,16 @@ class Host(models.Model):
         return token
 
     def is_online(self, now=None, window_s: int = ONLINE_WINDOW_S) -> bool:
-        if self.last_seen is None:
-            return False
-        return ((now or timezone.now()) - self.last_seen).total_seconds() <= window_s
+        return self.seen_online(self.last_seen, now, window_s)
 
     @staticmethod
-    def offline_q(now) -> models.Q:
-        """is_online's negation in SQL, for ordering or filtering a host list."""
-        return (models.Q(last_seen__isnull=True)
-                | models.Q(last_seen__lt=now - dt.timedelta(seconds=ONLINE_WINDOW_S)))
+    def seen_online(last_seen: dt.datetime | None, now: dt.datetime | None = None,
+                    window_s: int = ONLINE_WINDOW_S) -> bool:
+        """The one online rule, for a host or a host list's last_seen values: seen within the
+        last window_s seconds (120 s ago is online, 121 s ago offline)."""
+        if last_seen is None:
+            return False
+        return ((now or timezone.now()) - last_seen).total_seconds() <= window_s
 
 
 class Gpu(models.Model):
