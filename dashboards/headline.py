@@ -84,7 +84,7 @@ class Usage:
     more than once (the month range's cards and the recommendations both read the last 30
     days), and at 1,000 GPUs each costs.accounting.collect takes seconds to minutes.
 
-    `figures` (window -> result) is what a snapshot stores (see page_usage); `now` is the
+    `figures` (window -> result) is what a snapshot stores (see page_figures); `now` is the
     clock the cost windows are taken from: the page's, or the snapshot's when it is read."""
 
     def __init__(self, figures: dict | None = None, now: dt.datetime | None = None,
@@ -179,10 +179,16 @@ def pricing_changed(instance=None, **kwargs) -> None:
         cache.set(key, 1, None)
 
 
+def _generations(team_id: int) -> tuple[str, int]:
+    """The cost figures' generation (the shared one and the team's, "shared:team") and the
+    team's KPI generation (kpis.rollup), read in one cache round trip."""
+    keys = [GENERATION_KEY, team_generation_key(team_id), kpi_rollup.generation_key(team_id)]
+    found = cache.get_many(keys)
+    return f"{found.get(keys[0], 0)}:{found.get(keys[1], 0)}", found.get(keys[2], 0)
+
+
 def _generation(team_id: int) -> str:
-    """The shared and the team's generation, read in one cache round trip."""
-    found = cache.get_many([GENERATION_KEY, team_generation_key(team_id)])
-    return f"{found.get(GENERATION_KEY, 0)}:{found.get(team_generation_key(team_id), 0)}"
+    return _generations(team_id)[0]
 
 
 def snapshot_key(team_id: int, hour: dt.datetime, generation: str | None = None) -> str:
@@ -190,16 +196,27 @@ def snapshot_key(team_id: int, hour: dt.datetime, generation: str | None = None)
     return f"team-home:v2:{team_id}:{hour:%Y%m%dT%H}:{generation}"
 
 
-def page_usage(team: Team, now: dt.datetime) -> Usage:
+def page_figures(team: Team, range_key: str, now: dt.datetime) -> tuple[Usage, dict]:
+    """What the team home reads from the cache, in two round trips (the generations, then the
+    entries): its cost figures -- this hour's snapshot, else the previous hour's, else a Usage
+    that computes them -- and its KPI figures (kpi_figures, computed and stored when missing)."""
+    generations = _generations(team.id)
     hour = windows.floor_hour(now)
-    generation = _generation(team.id)
-    keys = [snapshot_key(team.id, h, generation) for h in (hour, hour - dt.timedelta(hours=1))]
-    found = cache.get_many(keys)  # this hour's and the previous hour's, one round trip
+    keys = [snapshot_key(team.id, h, generations[0])
+            for h in (hour, hour - dt.timedelta(hours=1))]
+    kpis_at = kpis_key(team, range_key, now, generations)
+    found = cache.get_many([*keys, kpis_at])
+    usage = Usage(now=now, computed_at=timezone.now())
     for key in keys:
         snap = found.get(key)
         if snap is not None and snap.get("team_id") == team.id:
-            return Usage(snap["figures"], now=snap["now"], computed_at=snap["computed_at"])
-    return Usage(now=now, computed_at=timezone.now())
+            usage = Usage(snap["figures"], now=snap["now"], computed_at=snap["computed_at"])
+            break
+    kpis = found.get(kpis_at)
+    if kpis is None:
+        kpis = kpi_figures(team, range_key, now)
+        cache.set(kpis_at, kpis, KPIS_TTL_S)
+    return usage, kpis
 
 
 def save_snapshot(team: Team, usage: Usage) -> None:
@@ -251,27 +268,19 @@ def kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
     }
 
 
-def kpis_key(team: Team, range_key: str, now: dt.datetime) -> str:
+def kpis_key(team: Team, range_key: str, now: dt.datetime,
+             generations: tuple[str, int] | None = None) -> str:
+    """Where page_figures keeps kpi_figures(team, range_key, now)."""
+    cost_generation, kpi_generation = generations or _generations(team.id)
     month = windows.month_containing(now, team.time_zone)
     return (f"team-home:kpis:v1:{team.id}:{team.created_at.timestamp():.6f}:"
             f"{kpi_range(range_key)}:{windows.floor_hour(now):%Y%m%dT%H}:"
-            f"{month.start:%Y%m%dT%H%M}:{kpi_rollup.generation(team.id)}:"
-            f"{_generation(team.id)}")
-
-
-def page_kpis(team: Team, range_key: str, now: dt.datetime) -> dict:
-    """kpi_figures, from the cache while nothing they are computed from has changed."""
-    key = kpis_key(team, range_key, now)
-    found = cache.get(key)
-    if found is None:
-        found = kpi_figures(team, range_key, now)
-        cache.set(key, found, KPIS_TTL_S)
-    return found
+            f"{month.start:%Y%m%dT%H%M}:{kpi_generation}:{cost_generation}")
 
 
 def headline(team: Team, range_key: str, now: dt.datetime | None = None,
              usage: Usage | None = None, kpis: dict | None = None) -> dict:
-    """The cards; `kpis`: kpi_figures (or page_kpis) of the same team, range and clock."""
+    """The cards; `kpis`: kpi_figures (or page_figures') of the same team, range and clock."""
     now = now or timezone.now()
     usage = usage or Usage(now=now)
     kpis = kpis or kpi_figures(team, range_key, now)

@@ -39,17 +39,16 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     team_hosts = fleet.team_hosts(team, now)
     # Closed chart buckets from the team's fleet rollups, the still-filling ones live.
     fleet_series = fleet.team_fleet_series(team, key, now, team_hosts)
-    # The cards, month to date and daily bars: KPI rollups only, kept until those change.
-    kpis = headline.page_kpis(team, key, now)
+    # The cost figures: this hour's snapshot (beat takes them), else computed once per window
+    # for the whole page and stored for the next views. The cards, month to date and daily
+    # bars: KPI rollups only, kept until those change.
+    usage, kpis = headline.page_figures(team, key, now)
     days = kpis["daily"]
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
     # them separately). At most HOME_HOSTS rows, offline ones first (what needs a look); the
     # Hosts page has all.
     current = [h for h in team_hosts if h["removed_at"] is None]
     hosts = [{**h, "n_gpus": len(h["gpu_ids"])} for h in current[:HOME_HOSTS]]
-    # The cost figures: this hour's snapshot (beat takes them), else computed once per window
-    # for the whole page and stored for the next views.
-    usage = headline.page_usage(team, now)
     ctx = {
         "team": team,
         "head": headline.headline(team, key, now, usage, kpis),

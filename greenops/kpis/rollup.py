@@ -47,7 +47,7 @@ def _empty(t: metrics.Totals) -> bool:
 
 
 # A counter per team that every write of its KPI rollups bumps once committed, so figures
-# computed from those rows can be kept until it moves (dashboards.headline.page_kpis). After
+# computed from those rows can be kept until it moves (dashboards.headline.page_figures). After
 # the commit, never before: a reader in between would store the old rows' figures under the
 # new value and keep them.
 GENERATION_KEY = "kpis:generation"
