@@ -175,13 +175,13 @@ def team_fleet_series(team: Team, range_key: str, now: dt.datetime | None = None
         return fleet_series(team_gpus(team), range_key, now)
     host_name = {h["id"]: h["name"] for h in hosts if h["gpu_ids"]}
     resolution, step_s, start, end, _ = grid(range_key, now)
-    fill = FleetFill.objects.filter(team=team, step_s=step_s, start__lte=start).first()
-    if fill is None or fill.until <= start:
+    filled_until, rows = _stored_rows(team, step_s, start, end)
+    if filled_until is None or filled_until <= start:
         figures = bucket_figures(gpu_ids, resolution, start, end, step_s)
         return assemble(len(gpu_ids), host_name, range_key, resolution, start, end, step_s,
                         figures, gpus_reporting=figures.reporting)
-    until = min(fill.until, end)
-    stored = BucketFigures.from_rows(_stored_rows(team, step_s, start, until), step_s)
+    until = min(filled_until, end)
+    stored = BucketFigures.from_rows(rows, step_s)
     expected = round((until - start).total_seconds() / step_s)
     if len(stored.rows) != expected:  # a gap (rows deleted by hand): never draw it as empty
         return fleet_series(team_gpus(team), range_key, now)
@@ -197,16 +197,21 @@ def team_fleet_series(team: Team, range_key: str, now: dt.datetime | None = None
                     gpus_reporting=stored.reporting_count())
 
 
-def _stored_rows(team: Team, step_s: int, start: dt.datetime, end: dt.datetime) -> list[tuple]:
-    """The team's stored fleet buckets in [start, end), BucketFigures.COLUMNS, in bucket order.
-    In binary: each row carries two bytea arrays (hosts and their joules) that the ORM's text
-    results sent as hex, a third of a 24-hour view's chart time to decode."""
-    qs = (FleetBucket.objects.filter(team=team, step_s=step_s, bucket__gte=start, bucket__lt=end)
-          .order_by("bucket").values_list(*BucketFigures.COLUMNS))
-    sql, params = qs.query.sql_with_params()
-    with store.server_bound_cursor(binary=True) as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
+def _stored_rows(team: Team, step_s: int, start: dt.datetime, end: dt.datetime
+                 ) -> tuple[dt.datetime | None, list[tuple]]:
+    """How far the team's fleet rollups at step_s are stored, if they are from `start` on
+    (FleetFill.until, else None), and the stored buckets in [start, min(until, end)) as
+    BucketFigures.COLUMNS in bucket order: one prepared statement, where the fill and the rows
+    were two ORM queries built on every view. In binary: each row carries two bytea arrays
+    (hosts and their joules) that text results sent as hex, a third of a 24-hour view's chart
+    time to decode."""
+    with store.server_bound_cursor(binary=True, prepare=True) as cursor:
+        cursor.execute(_STORED_SQL, {"team": team.id, "step": step_s, "start": start,
+                                     "end": end})
+        rows = cursor.fetchall()
+    if not rows:
+        return None, []
+    return rows[0][0], [r[1:] for r in rows if r[1] is not None]
 
 
 class BucketFigures:
@@ -253,6 +258,15 @@ class BucketFigures:
 
     def reporting_count(self) -> int:
         return self.union_bits().bit_count()
+
+
+_STORED_SQL = (
+    f"SELECT f.until, {', '.join(f'b.{c}' for c in BucketFigures.COLUMNS)} "
+    f"FROM {FleetFill._meta.db_table} f LEFT JOIN {FleetBucket._meta.db_table} b "
+    "ON b.team_id = f.team_id AND b.step_s = f.step_s AND b.bucket >= %(start)s "
+    "AND b.bucket < least(f.until, %(end)s) "
+    "WHERE f.team_id = %(team)s AND f.step_s = %(step)s AND f.start <= %(start)s "
+    "ORDER BY b.bucket")
 
 
 def gpu_bitmap(gpu_ids) -> int:
