@@ -174,3 +174,24 @@ def test_permissions_api(client, team_roles):
     assert doc["roles"] == ["viewer", "member", "admin", "owner"]
     hosts_manage = next(r for r in doc["actions"] if r["action"] == "hosts.manage")
     assert hosts_manage["roles"] == [False, False, True, True]
+
+
+def test_a_team_page_reads_the_users_memberships_once(client, users, team, other_team):
+    """The access check and the header's team switcher share one query of the user's
+    memberships (with their teams), and the switcher still lists every team of the user."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from greenops.teams.models import Membership
+
+    Membership.objects.get_or_create(team=other_team, user=users["member"],
+                                     defaults={"role": "viewer"})
+    client.force_login(users["member"])
+    with CaptureQueriesContext(connection) as queries:
+        html = client.get(f"/teams/{team.slug}/members/").content.decode()
+    assert sum('FROM "teams_membership"' in q["sql"] and 'JOIN "teams_team"' in q["sql"]
+               for q in queries.captured_queries) == 1
+    assert f'href="/teams/{team.slug}/"' in html and f'href="/teams/{other_team.slug}/"' in html
+    # Another team's page for someone not in it is still a 404.
+    client.force_login(users["outsider"])
+    assert client.get(f"/teams/{team.slug}/members/").status_code == 404

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
+from greenops.teams.permissions import user_memberships
+
 
 def my_teams(request: HttpRequest) -> dict:
-    # One query with the teams joined: the header renders on every page, and iterating
-    # user.memberships there would cost a query per team.
+    # One query with the teams joined (iterating user.memberships would cost a query per
+    # team), in the order the user joined, as the switcher always listed them; a team page's
+    # access check has read them already.
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"my_memberships": []}
-    # In the order the user joined, as the switcher always listed them.
-    return {"my_memberships": list(user.memberships.select_related("team").order_by("id"))}
+    return {"my_memberships": user_memberships(request)}

@@ -17,7 +17,7 @@ from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse
 
 from greenops.errors import FieldError
-from greenops.teams.models import Role, Team
+from greenops.teams.models import Membership, Role, Team
 
 ROLE_ORDER: tuple[str, ...] = (Role.VIEWER, Role.MEMBER, Role.ADMIN, Role.OWNER)
 
@@ -82,19 +82,37 @@ def matrix_rows() -> list[dict]:
     ]
 
 
-def authorize(user, slug: str, action: str) -> tuple[Team, str]:
-    """The team and the user's role, if the role allows `action`.
+def user_memberships(request: HttpRequest) -> list[Membership]:
+    """The signed-in user's memberships with their teams, in the order they joined; read once
+    per request: a team page's access check and the header's team switcher both need them."""
+    found = getattr(request, "_user_memberships", None)
+    if found is None:
+        user = request.user
+        found = (list(user.memberships.select_related("team").order_by("id"))
+                 if user.is_authenticated else [])
+        request._user_memberships = found
+    return found
+
+
+def authorize(user, slug: str, action: str,
+              memberships: list[Membership] | None = None) -> tuple[Team, str]:
+    """The team and the user's role, if the role allows `action`. `memberships`: the user's
+    (user_memberships), when the caller has them.
 
     Not a member: 404 (another team's things do not exist for you). A member whose role is too
     low: PermissionDenied (403), because they can see the team and deserve to know why.
     """
-    # One query on every team page: the team with the user's role in it, read through the
-    # join that finds the membership (one per team and user) rather than a second query.
-    team = (Team.objects.for_user(user).filter(slug=slug)
-            .annotate(user_role=F("memberships__role")).first())
+    if memberships is not None:
+        mine = next((m for m in memberships if m.team.slug == slug), None)
+        team, role = (mine.team, mine.role) if mine is not None else (None, None)
+    else:
+        # The team with the user's role in it, read through the join that finds the
+        # membership (one per team and user) rather than a second query.
+        team = (Team.objects.for_user(user).filter(slug=slug)
+                .annotate(user_role=F("memberships__role")).first())
+        role = team.user_role if team is not None else None
     if team is None:
         raise Http404("No such team")
-    role = team.user_role
     if not allows(role, action):
         raise PermissionDenied(f"{action} needs the {MATRIX[action].min_role} role")
     return team, role
@@ -119,7 +137,7 @@ def team_permission(action: str) -> Callable:
         @login_required
         @wraps(view)
         def wrapper(request: HttpRequest, slug: str, *args, **kwargs) -> HttpResponse:
-            team, role = authorize(request.user, slug, action)
+            team, role = authorize(request.user, slug, action, user_memberships(request))
             request.team_role = role
             request.team_actions = allowed_actions(role)
             return view(request, team, *args, **kwargs)
