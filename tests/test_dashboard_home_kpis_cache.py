@@ -113,3 +113,24 @@ def test_home_shows_the_new_figures_after_a_rollup(client, users, team,
             rollup.rollup_day(team, DAY)
         html = client.get(url).content.decode()
     assert 'data-kpi="energy_kwh">24.00 kWh' in html
+
+
+def test_a_cache_that_is_down_does_not_fail_the_rollup(db, team, monkeypatch,
+                                                        django_capture_on_commit_callbacks):
+    """The rows are committed before the counter moves: a cache error then is logged, and the
+    rollup's rows are there."""
+    from django.core.cache import cache
+
+    from greenops.kpis import rollup
+    from greenops.kpis.models import KpiRollup, Period
+
+    def down(*args, **kwargs):
+        raise ConnectionError("Redis is down")
+
+    hour_rows(team, DAY, 3.6e6)
+    monkeypatch.setattr(cache, "incr", down)
+    monkeypatch.setattr(cache, "set", down)
+    with django_capture_on_commit_callbacks(execute=True):
+        rollup.rollup_day(team, DAY)
+    assert KpiRollup.objects.get(team=team, period=Period.DAY, bucket=DAY).gpu_energy_j == (
+        24 * 3.6e6)

@@ -67,7 +67,9 @@ def _changed(team_id: int) -> None:
             cache.incr(generation_key(team_id))
         except ValueError:  # not set yet (or evicted)
             cache.set(generation_key(team_id), 1, None)
-    transaction.on_commit(bump)
+    # robust: the rows are committed whatever the cache says; a cache that is down (its
+    # entries with it) must not fail the rollup run, and the next write moves the counter.
+    transaction.on_commit(bump, robust=True)
 
 
 def _save(team: Team, workload: Workload | None, period: str, bucket: dt.datetime,
