@@ -464,14 +464,12 @@ class Firing:
 def firing_alerts(team: Team) -> Firing:
     """The team's firing alert rules (state as the alerts evaluator last wrote it) and the
     number of enabled rules, so an empty list can say how much is being watched."""
-    from django.db.models import Count, Q
-
-    from greenops.alerts.models import FIRING_NOW, Rule
+    from greenops.alerts.models import FIRING_STATES, Rule
 
     rules = Rule.objects.filter(team=team)
-    # One count of both first: most views find nothing firing, and the page's joined query
-    # (scope, workload, channels) is then not worth building.
-    n = rules.aggregate(total=Count("id", filter=Q(enabled=True)),
-                        firing=Count("id", filter=FIRING_NOW))
-    firing = list(rules.firing().for_page()) if n["firing"] else []
-    return Firing(rules=firing, rules_total=n["total"])
+    # The enabled rules' states first (a few columns of a team's rules: cheaper to build than
+    # an aggregate with two filtered counts): most views find nothing firing, and the page's
+    # joined query (scope, workload, channels) is then not worth building.
+    states = list(rules.filter(enabled=True).values_list("state", flat=True))
+    firing = list(rules.firing().for_page()) if set(FIRING_STATES) & set(states) else []
+    return Firing(rules=firing, rules_total=len(states))
