@@ -140,7 +140,7 @@ def team_hosts(team: Team, now: dt.datetime) -> list[dict]:
     and `gpu_ids` (its GPUs' ids): the team home's host table and its charts from one query on
     PostgreSQL; elsewhere the ids from a second query."""
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+        with store.server_bound_cursor(prepare=True) as cursor:
             cursor.execute(_TEAM_HOSTS, [team.id])
             rows = [{**dict(zip(HOST_FIELDS, r[:-1], strict=True)), "gpu_ids": r[-1]}
                     for r in cursor.fetchall()]
