@@ -361,3 +361,15 @@ def test_host_table_ages_are_short(age_s, text):
 
     assert ago(NOW - dt.timedelta(seconds=age_s), NOW) == text
     assert ago(None) == "never"
+
+
+def test_host_table_last_seen_title_is_utc():
+    """The host table's "last seen" title says UTC and is UTC, whatever zone the time is in."""
+    from zoneinfo import ZoneInfo
+
+    from dashboards.templatetags.figures import utc
+
+    assert utc(dt.datetime(2026, 12, 1, 9, 5, 7, 999, tzinfo=ZoneInfo("America/New_York"))) == (
+        "2026-12-01 14:05:07")
+    assert utc(NOW) == "2026-11-30 12:30:30"
+    assert utc(None) == ""

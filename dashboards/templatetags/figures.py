@@ -3,6 +3,7 @@ significant digits (a codecarbon run of 4.6e-05 kWh is not "0.0000")."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from urllib.parse import urlsplit
@@ -50,6 +51,15 @@ def ago(value, now=None) -> str:
     if s < 2 * 86400:
         return f"{int(s // 3600)} h ago"
     return f"{int(s // 86400)} d ago"
+
+
+@register.filter
+def utc(value) -> str:
+    """A time as "2026-12-01 14:05:09" in UTC (for labels that say UTC): Django's |date with
+    its format string cost 70 us a call, a tenth of the team home's host table."""
+    if value is None:
+        return ""
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 @register.filter
