@@ -142,7 +142,6 @@ class NoDataPolicy(models.TextChoices):
 
 # What "firing" means (RuleQuerySet.firing; counted on the team home): Firing, or Recovering --
 # still firing until the clear level holds for its for-minutes -- and enabled.
-# The states in which an enabled rule's condition holds now.
 FIRING_STATES = (State.FIRING, State.RECOVERING)
 FIRING_NOW = models.Q(enabled=True, state__in=FIRING_STATES)
 
