@@ -48,7 +48,6 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     # them separately). At most HOME_HOSTS rows, offline ones first (what needs a look); the
     # Hosts page has all.
     current = [h for h in team_hosts if h["removed_at"] is None]
-    hosts = [{**h, "n_gpus": len(h["gpu_ids"])} for h in current[:HOME_HOSTS]]
     ctx = {
         "team": team,
         "head": headline.headline(team, key, now, usage, kpis),
@@ -62,7 +61,7 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
             "co2e_by_workload": figures.per_day_by_workload(
                 days, "co2e_kg", "Carbon per day by workload", "kg CO2e", ",.3g"),
         },
-        "hosts": hosts,
+        "hosts": current[:HOME_HOSTS],
         "n_hosts": len(current),
         "ranges": RANGES,
         "range_key": key,

@@ -314,6 +314,7 @@ def test_team_home_lists_twenty_hosts_offline_first(client, users, team):
     assert "Showing 20 of 25 hosts" in html and f"/teams/{team.slug}/hosts/" in html
     assert table.count('status offline">offline') == 3
     assert table.count('status online">online') == 17
+    assert table.count("<td>1</td>") == 20  # each host's one GPU
 
 
 @pytest.mark.django_db

@@ -11,7 +11,6 @@ def my_teams(request: HttpRequest) -> dict:
     # One query with the teams joined (iterating user.memberships would cost a query per
     # team), in the order the user joined, as the switcher always listed them; a team page's
     # access check has read them already.
-    user = getattr(request, "user", None)
-    if user is None or not user.is_authenticated:
+    if getattr(request, "user", None) is None:  # a request the auth middleware never saw
         return {"my_memberships": []}
-    return {"my_memberships": user_memberships(request)}
+    return {"my_memberships": user_memberships(request)}  # [] when signed out
