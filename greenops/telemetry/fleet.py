@@ -63,7 +63,8 @@ def fleet_series(gpus: list[Gpu], range_key: str, now: dt.datetime | None = None
     """
     resolution, step_s, start, end, n_buckets = grid(range_key, now, max_points)
     if len(gpus) > MAX_GPU_SERIES and connection.vendor == "postgresql":
-        figures = bucket_figures([g.id for g in gpus], resolution, start, end, step_s)
+        figures = bucket_figures([(g.id, g.host_id) for g in gpus], resolution, start, end,
+                                 step_s)
         return assemble(len(gpus), {g.host_id: g.host.name for g in gpus}, range_key,
                         resolution, start, end, step_s, figures,
                         gpus_reporting=figures.reporting)
@@ -170,15 +171,15 @@ def team_fleet_series(team: Team, range_key: str, now: dt.datetime | None = None
         return fleet_series(team_gpus(team), range_key, now)
     if hosts is None:
         hosts = team_hosts(team, now or timezone.now())
-    gpu_ids = [gpu_id for h in hosts for gpu_id in h["gpu_ids"]]
-    if len(gpu_ids) <= MAX_GPU_SERIES:
+    gpus = [(gpu_id, h["id"]) for h in hosts for gpu_id in h["gpu_ids"]]
+    if len(gpus) <= MAX_GPU_SERIES:
         return fleet_series(team_gpus(team), range_key, now)
     host_name = {h["id"]: h["name"] for h in hosts if h["gpu_ids"]}
     resolution, step_s, start, end, _ = grid(range_key, now)
     filled_until, rows = _stored_rows(team, step_s, start, end)
     if filled_until is None or filled_until <= start:
-        figures = bucket_figures(gpu_ids, resolution, start, end, step_s)
-        return assemble(len(gpu_ids), host_name, range_key, resolution, start, end, step_s,
+        figures = bucket_figures(gpus, resolution, start, end, step_s)
+        return assemble(len(gpus), host_name, range_key, resolution, start, end, step_s,
                         figures, gpus_reporting=figures.reporting)
     until = min(filled_until, end)
     stored = BucketFigures.from_rows(rows, step_s)
@@ -190,10 +191,10 @@ def team_fleet_series(team: Team, range_key: str, now: dt.datetime | None = None
         # the team's GPUs reported in a stored bucket already, the tail (which reads only
         # those GPUs) cannot add one, so it is not asked for them -- an array of up to 1,000
         # ids per live bucket, and its bitmap, were ~0.8 ms of a last-hour view's ~6 ms tail.
-        new = gpu_bitmap(gpu_ids) & ~stored.union_bits()
-        stored.extend(bucket_figures(gpu_ids, resolution, until, end, step_s,
+        new = gpu_bitmap([g for g, _ in gpus]) & ~stored.union_bits()
+        stored.extend(bucket_figures(gpus, resolution, until, end, step_s, prepare=True,
                                      with_ids=bool(new), count_reporting=False))
-    return assemble(len(gpu_ids), host_name, range_key, resolution, start, end, step_s, stored,
+    return assemble(len(gpus), host_name, range_key, resolution, start, end, step_s, stored,
                     gpus_reporting=stored.reporting_count())
 
 
@@ -296,8 +297,7 @@ _FLEET_SQL = """
             sum(e) AS e, sum(sim)::bigint AS sim, sum(n)::bigint AS n, {ids} AS ids
         FROM cell GROUP BY k
     ), per_host AS (
-        SELECT g.host_id, c.k, sum(c.e) AS e FROM cell c JOIN telemetry_gpu g ON g.id = c.gpu_id
-        GROUP BY 1, 2
+        SELECT host_id, k, sum(e) AS e FROM cell GROUP BY 1, 2
     )
     SELECT 0, k, mean, p10, p90, power, rep, us, un, ps, pn, e, sim, n, ids FROM per_bucket
     UNION ALL SELECT 1, k, host_id, e, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
@@ -312,15 +312,18 @@ _CELL_SUMS = (("us", "r.util_sum"), ("un", "r.util_n"), ("ps", "coalesce(r.power
 
 
 def _cell_sql(table: str, one_row_each: bool) -> str:
-    """The `cell` CTE. one_row_each: the display step is the rollup's own (the last hour's
-    minutes, the week's hours, the quarter's days), so each rollup row is one cell -- no sort
-    and group (a fifth of the live tail). The ids as bigint[], the type of gpu_id: an int4 array
-    made `gpu_id = ANY(...)` a cross-type comparison that PostgreSQL will not hash, so a scan
-    checked each row against the team's 1,000 ids one by one."""
+    """The `cell` CTE, each cell with its GPU's host. one_row_each: the display step is the
+    rollup's own (the last hour's minutes, the week's hours, the quarter's days), so each rollup
+    row is one cell -- no sort and group (a fifth of the live tail). The GPUs come as two
+    parallel arrays (ids, their hosts' ids) joined to the rollups: the host of each cell without
+    a join to the GPU table, and no `gpu_id = ANY(<1,000 ids>)`, which PostgreSQL plans by
+    estimating each element's selectivity in turn (1.4 ms of a last-hour view's tail). bigint[],
+    the type of gpu_id: an int4 array made the comparison cross-type, which is not hashed."""
     sums = ", ".join(f"{e} AS {a}" if one_row_each else f"sum({e}) AS {a}" for a, e in _CELL_SUMS)
-    return (f"SELECT r.gpu_id, floor(date_part('epoch', r.bucket) / %(step)s)::bigint AS k, {sums}"
-            f" FROM {table} r WHERE r.gpu_id = ANY(%(gpus)s::bigint[]) AND r.bucket >= %(start)s"
-            f" AND r.bucket < %(end)s" + ("" if one_row_each else " GROUP BY 1, 2"))
+    return (f"SELECT r.gpu_id, t.host_id, floor(date_part('epoch', r.bucket) / %(step)s)::bigint"
+            f" AS k, {sums} FROM unnest(%(gpus)s::bigint[], %(hosts)s::bigint[]) AS t(gpu_id,"
+            f" host_id) JOIN {table} r ON r.gpu_id = t.gpu_id WHERE r.bucket >= %(start)s"
+            f" AND r.bucket < %(end)s" + ("" if one_row_each else " GROUP BY 1, 2, 3"))
 
 
 # Each rollup's own step, from the one table of ranges and rollups (queries.RESOLUTION).
@@ -329,24 +332,29 @@ _REPORTING_SQL = """UNION ALL SELECT 2, count(DISTINCT gpu_id), NULL, NULL, NULL
         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM cell"""
 
 
-def bucket_figures(gpu_ids: list[int], resolution: str, start: dt.datetime, end: dt.datetime,
-                   step_s: int, with_ids: bool = False, count_reporting: bool | None = None
+def bucket_figures(gpus: list[tuple[int, int]], resolution: str, start: dt.datetime,
+                   end: dt.datetime, step_s: int, with_ids: bool = False,
+                   count_reporting: bool | None = None, prepare: bool = False
                    ) -> BucketFigures:
     """The fleet's figures per display bucket over [start, end) (start a multiple of step_s)
-    from the `resolution` rollups, computed in PostgreSQL. with_ids: each bucket's GPUs as a
-    bitmap (stored rollups, a stored page's tail). count_reporting (default: not with_ids):
-    the GPUs reporting over [start, end) as `reporting`."""
+    from the `resolution` rollups of `gpus` ((GPU id, its host's id) pairs), computed in
+    PostgreSQL. with_ids: each bucket's GPUs as a bitmap (stored rollups, a stored page's tail).
+    count_reporting (default: not with_ids): the GPUs reporting over [start, end) as
+    `reporting`. prepare: a prepared statement (the page's live tail, the same few minutes on
+    every view; not the fill's ranges of hours to days, whose best plan depends on the span)."""
     if count_reporting is None:
         count_reporting = not with_ids
     cell = _cell_sql(ROLLUPS[resolution]._meta.db_table, step_s == _ROLLUP_STEP_S[resolution])
     sql = _FLEET_SQL.format(cell=cell,
                             ids="array_agg(gpu_id)" if with_ids else "NULL::bigint[]",
                             reporting=_REPORTING_SQL if count_reporting else "")
+    params = {"gpus": store.int_array(g for g, _ in gpus),
+              "hosts": store.int_array(h for _, h in gpus), "start": start, "end": end,
+              "step": step_s}
     out = BucketFigures(step_s)
     by_host: dict[int, dict[int, float]] = defaultdict(dict)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, {"gpus": store.int_array(gpu_ids), "start": start, "end": end,
-                             "step": step_s})
+    with (store.server_bound_cursor(prepare=True) if prepare else connection.cursor()) as cursor:
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     for kind, k, *figures in rows:
         if kind == 0:

@@ -117,12 +117,13 @@ def changed_periods(team: Team, gpu_ids: list[int], fills: dict[int, FleetFill],
     return out
 
 
-def _store(team: Team, grid: Grid, gpu_ids: list[int], start: dt.datetime,
+def _store(team: Team, grid: Grid, gpus: list[tuple[int, int]], start: dt.datetime,
            end: dt.datetime) -> int:
-    """Recompute and replace the stored buckets in [start, end) (multiples of the step)."""
+    """Recompute and replace the stored buckets in [start, end) (multiples of the step) of
+    `gpus`, (GPU id, host id) pairs."""
     if start >= end:
         return 0
-    figures = bucket_figures(gpu_ids, grid.resolution, start, end, grid.step_s, with_ids=True)
+    figures = bucket_figures(gpus, grid.resolution, start, end, grid.step_s, with_ids=True)
     rows = []
     k = int(start.timestamp()) // grid.step_s
     while k * grid.step_s < end.timestamp():
@@ -166,7 +167,8 @@ def fill_team(team: Team, now: dt.datetime | None = None) -> dict:
         FleetFill.objects.filter(team=team).delete()
         FleetBucket.objects.filter(team=team).delete()
         return {}
-    gpu_ids = sorted(g.id for g in gpus)
+    pairs = sorted((g.id, g.host_id) for g in gpus)
+    gpu_ids = [g for g, _ in pairs]
     fills = {f.step_s: f for f in FleetFill.objects.filter(team=team)}
     changed = changed_periods(team, gpu_ids, fills, now)
     done = {}
@@ -191,7 +193,7 @@ def fill_team(team: Team, now: dt.datetime | None = None) -> dict:
         stored = 0
         with transaction.atomic():
             for lo, hi in _merge([(lo, hi) for lo, hi in periods if lo < hi]):
-                stored += _store(team, grid, gpu_ids, lo, hi)
+                stored += _store(team, grid, pairs, lo, hi)
             FleetBucket.objects.filter(team=team, step_s=grid.step_s,
                                        bucket__lt=want_start).delete()
             FleetFill.objects.update_or_create(
