@@ -317,6 +317,35 @@ def test_team_home_lists_twenty_hosts_offline_first(client, users, team):
     assert table.count("<td>1</td>") == 20  # each host's one GPU
 
 
+def test_team_home_host_rows_escape_what_agents_and_users_wrote(client, users, team):
+    """The host table's rows are built in Python (figures.host_rows), not by the template's
+    autoescape: a host name, instance type, region and agent version holding markup appear as
+    text, each row links to its own host page, and a host never seen says so."""
+    import datetime as dt
+
+    from greenops.telemetry.models import Host
+
+    evil, _ = make_host(team, 'a"><script>alert(1)</script>', gpus=3)
+    Host.objects.filter(pk=evil.pk).update(
+        instance_type="<img src=x onerror=alert(2)>", region="us-'east'", agent_version="<b>1</b>",
+        last_seen=dt.datetime(2026, 11, 30, 9, 5, 7, tzinfo=dt.UTC))
+    plain, _ = make_host(team, "plain", gpus=1)
+    Host.objects.filter(pk=plain.pk).update(instance_type="", region="", agent_version="")
+    client.force_login(users["member"])
+    html = client.get(f"/teams/{team.slug}/").content.decode()
+    table = html.split('id="hosts"', 1)[1].split("</table>", 1)[0]
+    assert "<script>" not in table and "<img" not in table and "<b>1</b>" not in table
+    assert (f'<a href="/teams/{team.slug}/hosts/{evil.pk}/">a&quot;&gt;&lt;script&gt;alert(1)'
+            "&lt;/script&gt;</a>") in table
+    assert "&lt;img src=x onerror=alert(2)&gt;" in table and "us-&#x27;east&#x27;" in table
+    assert '<td class="wide-only">&lt;b&gt;1&lt;/b&gt;</td>' in table
+    assert ' title="2026-11-30 09:05:07 UTC">' in table and "<td>3</td>" in table
+    # The host with nothing reported: en dashes, no region span, never seen, no title.
+    row = table.split(f"/hosts/{plain.pk}/", 1)[1].split("</tr>", 1)[0]
+    assert row.count("<td>–</td>") == 1 and '<td class="wide-only">–</td>' in row
+    assert "<td>never</td>" in row and "title=" not in row and "offline" in row
+
+
 @pytest.mark.django_db
 def test_home_offline_flags_are_the_negation_of_is_online(team):
     """team_hosts' offline flags (the home's ordering and badges) and Host.is_online (host

@@ -4,6 +4,7 @@ significant digits (a codecarbon run of 4.6e-05 kWh is not "0.0000")."""
 from __future__ import annotations
 
 import datetime as dt
+import html
 import math
 import re
 from urllib.parse import urlsplit
@@ -107,3 +108,34 @@ def figure_script(value, element_id: str) -> str:
             .replace("&", "\\u0026"))
     return format_html('<script id="{}" type="application/json">{}</script>', element_id,
                        mark_safe(text))
+
+
+@register.simple_tag
+def host_rows(team_slug: str, hosts: list[dict]) -> str:
+    """The team home's host table body from fleet.team_hosts rows, in Python: the same rows as
+    a template loop took 1.5-2 ms for 20 hosts (a twentieth of a last-hour view), this a
+    fifth of that. Every text from the database is escaped (html.escape, as Django's |escape);
+    the host links differ only in the id, so one reverse() with a stand-in id, not one per
+    row (35 us each)."""
+    # Lazy: the URL configuration imports the views, which import this module.
+    from django.urls import reverse
+
+    stand_in = "987654321"
+    before, _, after = reverse("host-detail", args=[team_slug, stand_in]).rpartition(stand_in)
+    before, after = html.escape(before), html.escape(after)
+    now = timezone.now()
+    rows = []
+    for h in hosts:
+        status = "offline" if h["offline"] else "online"
+        region = (f'<span class="wide-only"> · {html.escape(h["region"])}</span>'
+                  if h["region"] else "")
+        seen = h["last_seen"]
+        title = f' title="{utc(seen)} UTC"' if seen else ""
+        rows.append(
+            f'<tr><td><a href="{before}{int(h["id"])}{after}">{html.escape(h["name"])}</a></td>'
+            f'<td><span class="status {status}">{status}</span></td>'
+            f'<td>{len(h["gpu_ids"])}</td>'
+            f'<td>{html.escape(h["instance_type"] or "–")}{region}</td>'
+            f'<td class="wide-only">{html.escape(h["agent_version"] or "–")}</td>'
+            f'<td{title}>{ago(seen, now)}</td></tr>')
+    return mark_safe("\n".join(rows))  # every database text above escaped
