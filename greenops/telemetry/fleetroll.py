@@ -8,7 +8,10 @@ MAX_GPU_SERIES GPUs and per display step of the ranges the page offers (GRIDS), 
 bucket of the last range span stored, computed by the same statement the live path runs
 (fleet.bucket_figures) from the per-GPU rollups. It only reads what ingest already wrote: the
 ingest path does no extra work. Which buckets a run recomputes:
-- new buckets: closed (ended GRACE before the run) since the previous run;
+- new buckets: closed since the previous run, and complete: ended GRACE before the run, or
+  sooner when the data say so (complete_through: no batch of the team waits to be stored and
+  every GPU that reported within GRACE has a stored sample at or after the bucket's end --
+  an agent ships its spool strictly in order, so nothing older is still to come from it);
 - the lookback: every stored bucket from late.reach(previous run's start), the hours a batch
   may still change without being marked late (the KPI rollup's rule, greenops.telemetry.late);
 - older buckets whose data changed anyway (a replayed spool, a worker that was down, a host
@@ -48,6 +51,35 @@ log = logging.getLogger(__name__)
 # live on each page view -- for a 1,000-GPU fleet ~4 ms per minute of minute rollups -- so
 # the grace is kept short.
 GRACE = dt.timedelta(minutes=1)
+
+
+# Per GPU its newest stored sample within (now - GRACE, now]: one index probe per GPU on the
+# samples' (gpu_id, ts) key, in the one or two partitions the window touches.
+_NEWEST_SQL = """
+    SELECT min(newest.ts), count(newest.ts)
+    FROM unnest(%(gpus)s::bigint[]) AS g(id) CROSS JOIN LATERAL (
+        SELECT s.ts FROM telemetry_gpusample s WHERE s.gpu_id = g.id AND s.ts > %(since)s
+            AND s.ts <= %(now)s ORDER BY s.ts DESC LIMIT 1) AS newest
+"""
+
+
+def complete_through(team: Team, gpu_ids: list[int], now: dt.datetime) -> dt.datetime | None:
+    """How far the team's data are complete at `now`, before GRACE has passed: the oldest of
+    the newest stored samples of the GPUs that reported within GRACE (a watermark, as stream
+    processors close windows), when no batch of the team's hosts waits to be stored. An agent
+    ships its spool strictly in order and a batch is stored with its rollups in one statement,
+    so a GPU with a stored sample at t has nothing older still to come -- except after an
+    outage, whose replay is late data, found by the lookback as it is today. None (GRACE
+    alone decides) while a batch waits, or when no GPU reported within GRACE."""
+    from greenops.telemetry.models import IngestBatch
+
+    if IngestBatch.objects.filter(host__team=team, status=IngestBatch.Status.PENDING).exists():
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(_NEWEST_SQL, {"gpus": store.int_array(gpu_ids), "since": now - GRACE,
+                                     "now": now})
+        oldest_newest, reporting = cursor.fetchone()
+    return oldest_newest if reporting else None
 
 
 @dataclass(frozen=True)
@@ -171,12 +203,14 @@ def fill_team(team: Team, now: dt.datetime | None = None) -> dict:
     gpu_ids = [g for g, _ in pairs]
     fills = {f.step_s: f for f in FleetFill.objects.filter(team=team)}
     changed = changed_periods(team, gpu_ids, fills, now)
+    complete = complete_through(team, gpu_ids, now)
     done = {}
     for grid in GRIDS.values():
         t0 = time.perf_counter()
         step = grid.step
         want_start = floor(now - grid.keep, step)
-        until = floor(now - GRACE, step)
+        # Closed buckets, once complete: GRACE after their end, or sooner by the data.
+        until = floor(max(now - GRACE, complete or now - GRACE), step)
         fill = fills.get(grid.step_s)
         periods = []
         if fill is None or fill.start > want_start or fill.until <= want_start:
