@@ -419,12 +419,13 @@ def _recent(host, first: int, n_gpus: int, start: dt.datetime, end: dt.datetime,
 
 
 def test_a_bucket_is_stored_before_the_grace_once_the_data_say_it_is_complete(team):
-    """At 12:30:30 every GPU has stored samples through 12:30:20 and no batch waits: the
+    """At 12:30:30 every GPU has stored samples through 12:30:20 and no batch is overtaken: the
     12:29 minute (ended 30 s ago, inside the 60 s grace) is complete and stored, so the page
     computes only the open minute live. A GPU that reported within the grace but is behind
-    holds the watermark; a pending batch, or no GPU reporting within the grace, leaves the
-    grace alone to decide; a GPU silent for longer than the grace is not waited for. A batch
-    replayed later for the early-stored minute is found by the next run's lookback."""
+    holds the watermark; a waiting batch overtaken by a later one of its host, or no GPU
+    reporting within the grace, leaves the grace alone to decide; a GPU silent for longer than
+    the grace is not waited for. A batch replayed later for the early-stored minute is found by
+    the next run's lookback."""
     from greenops.telemetry import fleetroll
     from greenops.telemetry.fleet import fleet_series, team_fleet_series
     from greenops.telemetry.models import FleetFill, IngestBatch
@@ -453,10 +454,19 @@ def test_a_bucket_is_stored_before_the_grace_once_the_data_say_it_is_complete(te
     store(b, [(3, minute - dt.timedelta(seconds=10) + dt.timedelta(seconds=5 * k), 15.0, 130.0)
               for k in range(7)])
     assert fleetroll.complete_through(team, gpu_ids, NOW) == NOW - dt.timedelta(seconds=10)
-    # A batch waiting to be stored: its samples could be anywhere, the grace decides.
-    pending = IngestBatch.objects.create(host=a, n_samples=1, payload=b"{}")
+    # A batch waiting to be stored holds samples newer than its host's stored ones (spool
+    # order) -- unless a batch the host sent after it was stored first: then the grace decides.
+    sent = NOW - dt.timedelta(seconds=8)
+    pending = IngestBatch.objects.create(host=a, n_samples=1, payload=b"{}", received_at=sent)
+    assert fleetroll.complete_through(team, gpu_ids, NOW) == NOW - dt.timedelta(seconds=10)
+    IngestBatch.objects.create(host=b, n_samples=1, payload=b"", status="done",
+                               received_at=sent + dt.timedelta(seconds=1))  # another host's
+    assert fleetroll.complete_through(team, gpu_ids, NOW) == NOW - dt.timedelta(seconds=10)
+    overtaking = IngestBatch.objects.create(host=a, n_samples=1, payload=b"", status="done",
+                                            received_at=sent + dt.timedelta(seconds=2))
     assert fleetroll.complete_through(team, gpu_ids, NOW) is None
     pending.delete()
+    overtaking.delete()
     fleetroll.fill(NOW)
     fill = FleetFill.objects.get(team=team, step_s=60)
     assert fill.until == minute  # 12:29 stored 30 s after its end

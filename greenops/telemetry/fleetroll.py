@@ -9,9 +9,9 @@ bucket of the last range span stored, computed by the same statement the live pa
 (fleet.bucket_figures) from the per-GPU rollups. It only reads what ingest already wrote: the
 ingest path does no extra work. Which buckets a run recomputes:
 - new buckets: closed since the previous run, and complete: ended GRACE before the run, or
-  sooner when the data say so (complete_through: no batch of the team waits to be stored and
-  every GPU that reported within GRACE has a stored sample at or after the bucket's end --
-  an agent ships its spool strictly in order, so nothing older is still to come from it);
+  sooner when the data say so (complete_through: every GPU that reported within GRACE has a
+  stored sample at or after the bucket's end, and no batch was overtaken by a later one of
+  its host -- an agent ships its spool strictly in order, so nothing older is still to come);
 - the lookback: every stored bucket from late.reach(previous run's start), the hours a batch
   may still change without being marked late (the KPI rollup's rule, greenops.telemetry.late);
 - older buckets whose data changed anyway (a replayed spool, a worker that was down, a host
@@ -61,21 +61,33 @@ _NEWEST_SQL = """
         SELECT s.ts FROM telemetry_gpusample s WHERE s.gpu_id = g.id AND s.ts > %(since)s
             AND s.ts <= %(now)s ORDER BY s.ts DESC LIMIT 1) AS newest
 """
+# A batch of the team's hosts still waiting while a batch its host sent after it is stored
+# already (two workers took them): the stored one's samples are newer than the waiting one's.
+# The inner scan reads the batches received since the waiting one (the received_at index).
+_OVERTAKEN_SQL = """
+    SELECT EXISTS (SELECT 1 FROM telemetry_ingestbatch p JOIN telemetry_host h ON h.id = p.host_id
+        WHERE h.team_id = %(team)s AND p.status = %(pending)s AND EXISTS (
+            SELECT 1 FROM telemetry_ingestbatch d WHERE d.received_at > p.received_at
+                AND d.host_id = p.host_id AND d.status <> %(pending)s))
+"""
 
 
 def complete_through(team: Team, gpu_ids: list[int], now: dt.datetime) -> dt.datetime | None:
     """How far the team's data are complete at `now`, before GRACE has passed: the oldest of
     the newest stored samples of the GPUs that reported within GRACE (a watermark, as stream
-    processors close windows), when no batch of the team's hosts waits to be stored. An agent
-    ships its spool strictly in order and a batch is stored with its rollups in one statement,
-    so a GPU with a stored sample at t has nothing older still to come -- except after an
-    outage, whose replay is late data, found by the lookback as it is today. None (GRACE
-    alone decides) while a batch waits, or when no GPU reported within GRACE."""
+    processors close windows). An agent ships its spool strictly in order and a batch is
+    stored with its rollups in one statement, so a GPU with a stored sample at t has nothing
+    older still to come: a batch waiting to be stored holds newer samples -- unless a batch its
+    host sent later was stored first (two workers), and then the watermark says nothing. An
+    outage's replay is late data, found by the lookback as without a watermark. None (GRACE
+    alone decides) then, or when no GPU reported within GRACE."""
     from greenops.telemetry.models import IngestBatch
 
-    if IngestBatch.objects.filter(host__team=team, status=IngestBatch.Status.PENDING).exists():
-        return None
     with connection.cursor() as cursor:
+        cursor.execute(_OVERTAKEN_SQL, {"team": team.id,
+                                        "pending": IngestBatch.Status.PENDING.value})
+        if cursor.fetchone()[0]:
+            return None
         cursor.execute(_NEWEST_SQL, {"gpus": store.int_array(gpu_ids), "since": now - GRACE,
                                      "now": now})
         oldest_newest, reporting = cursor.fetchone()
