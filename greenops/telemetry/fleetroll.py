@@ -39,7 +39,7 @@ from greenops.charts import MAX_POINTS
 from greenops.teams.models import Team
 from greenops.telemetry import late, store
 from greenops.telemetry.fleet import bucket_figures, display_step_s
-from greenops.telemetry.models import FleetBucket, FleetFill
+from greenops.telemetry.models import FleetBucket, FleetFill, IngestBatch
 from greenops.telemetry.queries import MAX_GPU_SERIES, RANGES, RESOLUTION, team_gpus
 from greenops.windows import DAY, ceil, floor
 
@@ -81,8 +81,6 @@ def complete_through(team: Team, gpu_ids: list[int], now: dt.datetime) -> dt.dat
     host sent later was stored first (two workers), and then the watermark says nothing. An
     outage's replay is late data, found by the lookback as without a watermark. None (GRACE
     alone decides) then, or when no GPU reported within GRACE."""
-    from greenops.telemetry.models import IngestBatch
-
     with connection.cursor() as cursor:
         cursor.execute(_OVERTAKEN_SQL, {"team": team.id,
                                         "pending": IngestBatch.Status.PENDING.value})
@@ -215,14 +213,16 @@ def fill_team(team: Team, now: dt.datetime | None = None) -> dict:
     gpu_ids = [g for g, _ in pairs]
     fills = {f.step_s: f for f in FleetFill.objects.filter(team=team)}
     changed = changed_periods(team, gpu_ids, fills, now)
+    # Buckets ending by then are closed and complete: GRACE after their end, or sooner by the
+    # data.
     complete = complete_through(team, gpu_ids, now)
+    closed_by = max(now - GRACE, complete) if complete else now - GRACE
     done = {}
     for grid in GRIDS.values():
         t0 = time.perf_counter()
         step = grid.step
         want_start = floor(now - grid.keep, step)
-        # Closed buckets, once complete: GRACE after their end, or sooner by the data.
-        until = floor(max(now - GRACE, complete or now - GRACE), step)
+        until = floor(closed_by, step)
         fill = fills.get(grid.step_s)
         periods = []
         if fill is None or fill.start > want_start or fill.until <= want_start:
