@@ -289,8 +289,10 @@ def _move_staged(cursor, staged: int, new_only: str, move: str,
                  params: dict | None = None) -> bool:
     """Run the optimistic statement inside a savepoint; unless it stored all `staged` samples,
     roll it back and run the ON CONFLICT statement instead. True if the optimistic one stored the
-    whole stage; False with `move`'s rows waiting in the cursor. Either way each staged sample is
-    stored once and folded into the rollups once."""
+    whole stage; False with `move`'s rows waiting in the cursor. Either way no sample is stored
+    twice, and the rollups fold exactly the rows that went in (the stage's rows are those rows
+    when all of them went in: the only trigger on the samples, the retention guard, keeps a row
+    as it is or drops it)."""
     try:
         with transaction.atomic():
             cursor.execute(new_only)
