@@ -184,9 +184,6 @@ def _agg(source: str) -> str:
             + f" FROM {source} GROUP BY 1, 2")
 
 
-_AGG = _agg("ins")
-
-
 def rollup_upsert(table: str, unit: str, returning: str = "1") -> str:
     """The INSERT ... ON CONFLICT folding the `agg` minutes into one rollup table. The hour and
     day tables also add up the changes of their minutes' util/idle state (the `flips` CTE)."""
@@ -232,6 +229,19 @@ _FLIPS = f"""
     FROM m JOIN agg a ON a.gpu_id = m.gpu_id AND a.bucket = m.bucket
     LEFT JOIN before b ON b.gpu_id = m.gpu_id AND b.bucket = m.bucket"""
 
+def _fold(source: str) -> str:
+    """The CTEs after `ins` that fold `source`'s samples into the minute, hour and day rollups."""
+    return f"""
+), agg AS ({_agg(source)}
+), m AS ({rollup_upsert("telemetry_gpuminute", "minute",
+                       returning="r.gpu_id, r.bucket, r.util_sum, r.util_n")}{_FLIPS}
+), h AS ({rollup_upsert("telemetry_gpuhour", "hour")}
+), d AS ({rollup_upsert("telemetry_gpuday", "day")}
+)
+SELECT count(*) FROM ins
+"""
+
+
 _PG_MOVE = f"""
 WITH ins AS (
     INSERT INTO telemetry_gpusample ({COLUMN_LIST})
@@ -240,15 +250,7 @@ WITH ins AS (
     RETURNING gpu_id, ts, util_pct, power_w, mem_used_mib, temp_c, energy_j, simulated,
         mem_util_pct, pcie_tx_kib_s, pcie_rx_kib_s, throttle_reasons, power_limit_w,
         sm_active_pct, sm_occupancy_pct, tensor_active_pct, dram_active_pct, nvlink_tx_kib_s,
-        nvlink_rx_kib_s, sm_clock_mhz, mem_clock_mhz
-), agg AS ({_AGG}
-), m AS ({rollup_upsert("telemetry_gpuminute", "minute",
-                       returning="r.gpu_id, r.bucket, r.util_sum, r.util_n")}{_FLIPS}
-), h AS ({rollup_upsert("telemetry_gpuhour", "hour")}
-), d AS ({rollup_upsert("telemetry_gpuday", "day")}
-)
-SELECT count(*) FROM ins
-"""
+        nvlink_rx_kib_s, sm_clock_mhz, mem_clock_mhz{_fold("ins")}"""
 
 
 def _new_only(stage: str) -> str:
@@ -266,15 +268,7 @@ def _new_only(stage: str) -> str:
 WITH ins AS (
     INSERT INTO telemetry_gpusample ({COLUMN_LIST})
     SELECT {COLUMN_LIST} FROM {stage}
-    RETURNING 1
-), agg AS ({_agg(stage)}
-), m AS ({rollup_upsert("telemetry_gpuminute", "minute",
-                       returning="r.gpu_id, r.bucket, r.util_sum, r.util_n")}{_FLIPS}
-), h AS ({rollup_upsert("telemetry_gpuhour", "hour")}
-), d AS ({rollup_upsert("telemetry_gpuday", "day")}
-)
-SELECT count(*) FROM ins
-"""
+    RETURNING 1{_fold(stage)}"""
 
 
 _PG_NEW = _new_only("gpusample_stage")
