@@ -55,7 +55,7 @@ def store(batch_id: str) -> tuple[int | None, list[str]]:
 
 def rollups_match_raw() -> None:
     """Every minute, hour and day rollup holds exactly its raw samples (count and sums)."""
-    raw = GpuSample.objects.aggregate(n=Sum(1), e=Sum("energy_j"), p=Sum("power_w"))
+    raw = GpuSample.objects.aggregate(e=Sum("energy_j"), p=Sum("power_w"))
     for model in (GpuMinute, GpuHour, GpuDay):
         got = model.objects.aggregate(n=Sum("samples"), e=Sum("energy_j"), p=Sum("power_sum_w"))
         assert got["n"] == GpuSample.objects.count(), model.__name__
