@@ -229,6 +229,7 @@ _FLIPS = f"""
     FROM m JOIN agg a ON a.gpu_id = m.gpu_id AND a.bucket = m.bucket
     LEFT JOIN before b ON b.gpu_id = m.gpu_id AND b.bucket = m.bucket"""
 
+
 def _fold(source: str) -> str:
     """The CTEs after `ins` that fold `source`'s samples into the minute, hour and day rollups."""
     return f"""
