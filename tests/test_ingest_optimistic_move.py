@@ -115,6 +115,7 @@ def test_a_sample_another_writer_commits_meanwhile_is_stored_once(team):
         other.execute(
             "INSERT INTO telemetry_gpusample (gpu_id, ts, util_pct, power_w, energy_j, simulated)"
             " VALUES (%s, to_timestamp(%s), 50, 200, 200, false)", (gpu_id, t0 + 2))
+
         def work() -> None:
             try:
                 result.append(ingest.process_pending(batch_id))
