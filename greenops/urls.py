@@ -23,6 +23,8 @@ urlpatterns = [
     path("teams/<slug:slug>/", include("greenops.benchmarks.urls")),
     path("teams/<slug:slug>/", include("greenops.advisor.urls")),
     path("teams/<slug:slug>/", include("greenops.teams.urls")),
+    path("teams/<slug:slug>/", include("greenops.telemetry.urls")),
     path("", include("greenops.teams.urls_site")),
+    path("", include("greenops.telemetry.urls_site")),
     path("", include("dashboards.urls")),
 ]

@@ -16,8 +16,8 @@ from greenops.api.body import declared_body, json_body
 from greenops.benchmarks import runs
 from greenops.benchmarks.models import BenchmarkRun
 from greenops.errors import invalid
-from greenops.teams.auth import team_or_host_token_auth
 from greenops.teams.permissions import authorize_api
+from greenops.telemetry.host_auth import team_or_host_token_auth
 
 router = Router(tags=["benchmarks"])
 

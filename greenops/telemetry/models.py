@@ -13,6 +13,7 @@ from django.db import models
 from django.utils import timezone
 
 from greenops.teams.models import Team
+from greenops.teams.signals import team_deleting
 from greenops.tokens import hash_token, new_token
 
 TOKEN_PREFIX = "gho_"
@@ -263,6 +264,14 @@ def delete_measurements(hosts: models.QuerySet) -> int:
     for model in ROLLUPS.values():
         model.objects.filter(gpu_id__in=gpu_ids).delete()
     return deleted
+
+
+def _delete_team_measurements(sender, team: Team, **kwargs) -> int:
+    """teams.membership.delete_team: the team's hosts' samples and rollups."""
+    return delete_measurements(team.hosts.all())
+
+
+team_deleting.connect(_delete_team_measurements, dispatch_uid="telemetry-delete-team")
 
 
 # --- Host activity (issue 14): what the host around the GPUs is doing ------------------------
