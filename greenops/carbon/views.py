@@ -13,11 +13,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from greenops.carbon import accounting, emissions_csv
-from greenops.carbon.models import HostEnergyHour, Site
+from greenops.carbon.models import Site
 from greenops.carbon.runs import runs_with_totals
 from greenops.errors import FieldError
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
+from greenops.telemetry.models import HostEnergyHour
 from greenops.units import j_to_kwh
 
 RUNS_SHOWN = 200
