@@ -23,7 +23,7 @@ import pytest
 import collectors
 from collectors.batch import SampleBuffer, build_batch, encode
 from collectors.sources import Reading
-from greenops.api import body
+from greenops import request_body as body
 from greenops.errors import FieldError
 from greenops.telemetry import wire
 

@@ -12,8 +12,8 @@ from ninja.security import django_auth
 
 from greenops.alerts import figures, rules
 from greenops.alerts.models import Channel, NoDataPolicy, Rule, RuleKind
-from greenops.api.body import json_body
 from greenops.errors import invalid
+from greenops.request_body import json_body
 from greenops.teams.permissions import authorize_api
 
 router = Router(tags=["alerts"])

@@ -12,8 +12,8 @@ from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops import windows
-from greenops.api.body import json_body
 from greenops.errors import FieldError
+from greenops.request_body import json_body
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import host_samples, ingest
 from greenops.telemetry.host_auth import host_token, host_token_for_samples

@@ -18,8 +18,8 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from greenops.api.body import decode_body, parse_body, parse_json
 from greenops.errors import FieldError, invalid
+from greenops.request_body import decode_body, parse_body, parse_json
 from greenops.telemetry import late, store, wire
 from greenops.telemetry.models import Gpu, Host, IngestBatch
 from greenops.tokens import hash_token

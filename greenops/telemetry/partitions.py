@@ -42,7 +42,7 @@ from django.core import checks
 from django.db import connection, transaction
 from django.utils import timezone
 
-from greenops.api.body import decode_body, parse_json
+from greenops.request_body import decode_body, parse_json
 from greenops.telemetry import wire
 from greenops.telemetry.models import GpuMinute, GpuSample, IngestBatch, LateHour, RetentionMark
 

@@ -11,8 +11,8 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.api.body import declared_body, json_body
 from greenops.errors import invalid
+from greenops.request_body import declared_body, json_body
 from greenops.teams import audit
 from greenops.teams.models import AuditEvent
 from greenops.teams.permissions import authorize_api

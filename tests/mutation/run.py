@@ -57,7 +57,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
               "tests/test_ingest_raw_samples.py", "tests/test_hostile_bodies.py",
               "tests/test_non_finite_intakes.py", "tests/test_ingest_wire_edges.py"]),
     # decode_body and parse_json, which were wire.py's until they moved beside parse_body
-    "body": ("greenops/api/body.py",
+    "body": ("greenops/request_body.py",
              ["tests/test_hostile_bodies.py", "tests/test_non_finite_intakes.py",
               "tests/test_ingest_wire_edges.py"]),
     "carbon-accounting": ("greenops/carbon/accounting.py",
