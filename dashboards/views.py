@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
-from dashboards import figures, headline
+from dashboards import fleet_charts, headline
 from dashboards.forms import HostEditForm
 from greenops import windows
 from greenops.teams import audit
@@ -55,10 +55,10 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
         "firing": headline.firing_alerts(team),
         "usage": fleet_series,
         "figures": {
-            **figures.fleet_figures(fleet_series),
-            "cost_by_workload": figures.per_day_by_workload(
+            **fleet_charts.fleet_figures(fleet_series),
+            "cost_by_workload": fleet_charts.per_day_by_workload(
                 days, "cost_usd", "Cost per day by workload", "USD", ",.2f"),
-            "co2e_by_workload": figures.per_day_by_workload(
+            "co2e_by_workload": fleet_charts.per_day_by_workload(
                 days, "co2e_kg", "Carbon per day by workload", "kg CO2e", ",.3g"),
         },
         "hosts": current[:HOME_HOSTS],
@@ -87,7 +87,7 @@ def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
         "activity": host_samples.activity(host, timezone.now() - timedelta(hours=24)),
         "processes_seen_at": min((p.seen_at for ps in procs.values() for p in ps), default=None),
         "usage": fleet_series,
-        "figures": figures.fleet_figures(fleet_series),
+        "figures": fleet_charts.fleet_figures(fleet_series),
         "ranges": RANGES,
         "range_key": key,
         "online": host.is_online(),

@@ -2,7 +2,7 @@
 
 IT energy = the GPUs' own energy + the linked share of each host's CPU and RAM energy (the set's
 GPUs on that host / all the host's GPUs), measured at the host, before PUE. Everything is read
-from rollups (GpuHour for hour-aligned windows, GpuMinute otherwise; the carbon app's
+from rollups (GpuHour for hour-aligned windows, GpuMinute otherwise; telemetry's
 HostEnergyHour for CPU/RAM, prorated by overlap) and kept per host and hour, so that carbon
 (greenops.carbon.accounting.carbon_of) and cost (greenops.costs.accounting.cost_of) can apply
 the factors and prices in force in each hour.
@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count
 
-from greenops.carbon.models import HostEnergyHour
-from greenops.telemetry.models import Gpu, GpuHour, GpuMinute, Host
+from greenops.telemetry.models import Gpu, GpuHour, GpuMinute, Host, HostEnergyHour
 from greenops.units import J_PER_KWH
 from greenops.windows import floor_hour  # re-exported: costs.accounting imports it here
 

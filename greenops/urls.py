@@ -2,8 +2,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from dashboards.methodology import methodology
 from greenops.api.v1 import api
-from greenops.carbon import views as carbon_views
 from greenops.carbon.codecarbon_api import api as codecarbon_api
 from greenops.login import LoginView
 
@@ -13,7 +13,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", api.urls),
     path("api/codecarbon/", codecarbon_api.urls),  # codecarbon's api_endpoint
-    path("methodology/", carbon_views.methodology, name="carbon-methodology"),
+    path("methodology/", methodology, name="carbon-methodology"),
     path("teams/<slug:slug>/", include("greenops.workloads.urls")),
     path("teams/<slug:slug>/", include("greenops.kpis.urls")),
     path("teams/<slug:slug>/", include("greenops.costs.urls")),
@@ -23,6 +23,8 @@ urlpatterns = [
     path("teams/<slug:slug>/", include("greenops.benchmarks.urls")),
     path("teams/<slug:slug>/", include("greenops.advisor.urls")),
     path("teams/<slug:slug>/", include("greenops.teams.urls")),
+    path("teams/<slug:slug>/", include("greenops.telemetry.urls")),
     path("", include("greenops.teams.urls_site")),
+    path("", include("greenops.telemetry.urls_site")),
     path("", include("dashboards.urls")),
 ]

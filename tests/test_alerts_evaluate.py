@@ -1,7 +1,7 @@
 """Rule evaluation, computed by hand: each kind against seeded KPI rollups, and the states.
 
 Rollup rows are written as greenops.kpis.rollup writes them (sums per hour); the KPI engine
-(greenops.kpis.queries via greenops.alerts.figures) derives the figure, and each test works the
+(greenops.kpis.queries via greenops.alerts.kpi_values) derives the figure, and each test works the
 figure out by hand in a comment.
 """
 

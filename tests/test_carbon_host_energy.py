@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from greenops.carbon import host_energy
-from greenops.carbon.models import HostEnergyHour, HostEnergySample
+from greenops.carbon.models import HostEnergySample
+from greenops.telemetry.models import HostEnergyHour
 from tests.conftest import gz, make_host
 
 HOUR = 3600.0

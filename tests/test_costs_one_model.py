@@ -8,13 +8,12 @@ from decimal import Decimal
 
 import pytest
 
-from greenops.carbon.models import HostEnergyHour
 from greenops.costs.accounting import collect, team_costs
 from greenops.costs.models import HostCostConfig
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.kpis import queries, rollup
 from greenops.kpis.models import Period
-from greenops.telemetry.models import GpuHour, GpuMinute
+from greenops.telemetry.models import GpuHour, GpuMinute, HostEnergyHour
 from tests.conftest import make_host
 from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
 

@@ -239,7 +239,7 @@ def test_rightsize_respects_memory_and_gpu_count():
 
 
 def test_commitment_curve_figure_plots_share_and_break_even_lines():
-    from greenops.costs.figures import commitment_curve
+    from greenops.costs.cost_charts import commitment_curve
 
     counts = [4, 3, 3, 3, 2, 2, 2, 2, 2, 2]
     r = rec.commitment("x", counts, OD, [RI_1Y, RI_3Y])

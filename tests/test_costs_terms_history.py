@@ -29,7 +29,7 @@ from greenops.costs.models import (
 )
 from greenops.kpis import queries, rollup
 from greenops.kpis.models import Period
-from greenops.reports.figures import Month, month_figures
+from greenops.reports.month_figures import Month, month_figures
 from greenops.teams.models import AuditEvent
 from greenops.telemetry.models import GpuHour, Host
 from tests.conftest import make_host

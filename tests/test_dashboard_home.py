@@ -66,7 +66,7 @@ def test_a_thousand_gpus_render_within_the_point_budget(client, users, team, ran
     and utilisation is drawn as a mean with a band, not 1,000 lines."""
     from django.utils import timezone
 
-    from greenops.charts import MAX_POINTS
+    from greenops.chart_style import MAX_POINTS
     from greenops.telemetry.models import Gpu, GpuDay, GpuHour, GpuMinute, Host
 
     now = timezone.now()
@@ -157,7 +157,7 @@ def test_headline_change_against_the_previous_period(db, team):
 
 
 def test_small_figures_keep_significant_digits_and_large_ones_get_separators():
-    from dashboards.templatetags.figures import num
+    from dashboards.templatetags.readable import num
 
     assert num(4.6e-05, 4) == "0.0000460"  # a codecarbon run's kWh, not "0.0000"
     assert num(1234567.891, 2) == "1,234,567.89"

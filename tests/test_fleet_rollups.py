@@ -260,7 +260,7 @@ def test_fill_task_runs_on_the_rollups_queue(settings):
 def test_energy_chart_stacks_the_top_hosts_and_the_rest_as_one_bar():
     """10 hosts: the 8 using the most energy drawn by name, the 2 least as '2 other hosts'
     whose bar is their sum; a bucket's stacked height stays the fleet's kWh."""
-    from dashboards.figures import MAX_HOST_BARS, energy, host_bars
+    from dashboards.fleet_charts import MAX_HOST_BARS, energy, host_bars
 
     assert MAX_HOST_BARS == 8
     by_host = {f"h{i}": [float(i), 1.0] for i in range(10)}  # h0 and h1 use the least
@@ -281,7 +281,7 @@ def test_figure_script_escapes_like_json_script():
 
     from django.utils.html import json_script
 
-    from dashboards.templatetags.figures import figure_script
+    from dashboards.templatetags.readable import figure_script
 
     spec = {"name": "</script><b>&", "y": [1.5, None, 2]}
     ours = str(figure_script(spec, "fig-x"))
@@ -387,7 +387,7 @@ def test_gpu_bitmap_sets_one_bit_per_gpu_id(ids):
 def test_host_table_ages_are_short(age_s, text):
     """The team home's host table says how long ago a host was seen in a few characters (it
     must fit a 390 px phone beside name, status, GPUs and instance); "never" for no time."""
-    from dashboards.templatetags.figures import ago
+    from dashboards.templatetags.readable import ago
 
     assert ago(NOW - dt.timedelta(seconds=age_s), NOW) == text
     assert ago(None) == "never"
@@ -397,7 +397,7 @@ def test_host_table_last_seen_title_is_utc():
     """The host table's "last seen" title says UTC and is UTC, whatever zone the time is in."""
     from zoneinfo import ZoneInfo
 
-    from dashboards.templatetags.figures import utc
+    from dashboards.templatetags.readable import utc
 
     assert utc(dt.datetime(2026, 12, 1, 9, 5, 7, 999, tzinfo=ZoneInfo("America/New_York"))) == (
         "2026-12-01 14:05:07")

@@ -23,6 +23,7 @@ import pytest
 import collectors
 from collectors.batch import SampleBuffer, build_batch, encode
 from collectors.sources import Reading
+from greenops import request_body as body
 from greenops.errors import FieldError
 from greenops.telemetry import wire
 
@@ -47,7 +48,7 @@ def invalid(field, message) -> tuple:
 
 def server_side(payload: bytes, **limits):
     """What ingest does with a POSTed body: inflate, parse, validate."""
-    doc = wire.parse_json(wire.decode_body(payload, True, 1 << 20))
+    doc = body.parse_json(body.decode_body(payload, True, 1 << 20))
     return wire.parse_batch(doc, **{**LIMITS, **limits})
 
 
@@ -223,9 +224,9 @@ def test_negative_energy_is_outside_its_range():
 def test_a_truncated_payload_is_a_400():
     payload = agent_payload(AGENT_ROWS)
     # Without its 8-byte trailer (CRC32, size) the stream inflates completely but never ends.
-    assert refusal(wire.decode_body, payload[:-8], True, 1 << 20) == (
+    assert refusal(body.decode_body, payload[:-8], True, 1 << 20) == (
         400, "bad_encoding", None, "gzip body is truncated")
-    assert refusal(wire.decode_body, payload[: len(payload) // 2], True, 1 << 20) == (
+    assert refusal(body.decode_body, payload[: len(payload) // 2], True, 1 << 20) == (
         400, "bad_encoding", None, "gzip body is truncated")
 
 
@@ -235,30 +236,30 @@ def test_a_json_document_cut_short_is_malformed():
         orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         why = str(exc)
-    assert refusal(wire.parse_json, raw) == (400, "malformed_json", None,
+    assert refusal(body.parse_json, raw) == (400, "malformed_json", None,
                                              f"body is not valid JSON: {why}")
 
 
 # --- decode_body -------------------------------------------------------------------------------
 
 def test_a_plain_body_up_to_the_limit_is_returned_as_is():
-    assert wire.decode_body(b"0123456789", False, 10) == b"0123456789"
-    assert refusal(wire.decode_body, b"0123456789A", False, 10) == (
+    assert body.decode_body(b"0123456789", False, 10) == b"0123456789"
+    assert refusal(body.decode_body, b"0123456789A", False, 10) == (
         413, "too_large", None, "body is larger than 10 bytes")
 
 
 def test_a_gzip_body_inflating_to_exactly_the_limit_is_accepted():
     raw = b'{"a": "' + b"x" * 93 + b'"}'  # 102 bytes
     assert len(raw) == 102
-    assert wire.decode_body(gzip.compress(raw), True, 102) == raw
-    assert refusal(wire.decode_body, gzip.compress(raw), True, 101) == (
+    assert body.decode_body(gzip.compress(raw), True, 102) == raw
+    assert refusal(body.decode_body, gzip.compress(raw), True, 101) == (
         413, "too_large", None, "decompressed body is larger than 101 bytes")
 
 
 @pytest.mark.parametrize("limit", [10, 100, 10_000, 20_000])
 def test_a_gzip_body_over_the_limit_is_a_413(limit):
     raw = b"y" * 20_001
-    assert refusal(wire.decode_body, gzip.compress(raw), True, limit) == (
+    assert refusal(body.decode_body, gzip.compress(raw), True, limit) == (
         413, "too_large", None, f"decompressed body is larger than {limit} bytes")
 
 
@@ -273,7 +274,7 @@ def test_a_gzip_bomb_is_inflated_only_up_to_the_limit():
     assert len(bomb) < 20_000
     tracemalloc.start()
     try:
-        got = refusal(wire.decode_body, bomb, True, 1 << 20)
+        got = refusal(body.decode_body, bomb, True, 1 << 20)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -282,24 +283,24 @@ def test_a_gzip_bomb_is_inflated_only_up_to_the_limit():
 
 
 def test_a_gzip_flagged_body_that_is_not_gzip_is_a_400():
-    assert refusal(wire.decode_body, b"plain text", True, 1000) == (
+    assert refusal(body.decode_body, b"plain text", True, 1000) == (
         400, "bad_encoding", None,
         "body is not valid gzip: Error -3 while decompressing data: incorrect header check")
     # A zlib stream (deflate with the zlib header) is not gzip either.
-    assert refusal(wire.decode_body, zlib.compress(b'{"a": 1}'), True, 1000) == (
+    assert refusal(body.decode_body, zlib.compress(b'{"a": 1}'), True, 1000) == (
         400, "bad_encoding", None,
         "body is not valid gzip: Error -3 while decompressing data: incorrect header check")
 
 
 def test_a_plain_body_is_not_inflated():
     payload = gzip.compress(b"{}")
-    assert wire.decode_body(payload, False, 1000) == payload
+    assert body.decode_body(payload, False, 1000) == payload
 
 
 # --- parse_json --------------------------------------------------------------------------------
 
 def test_valid_json_parses():
-    assert wire.parse_json(b'{"a": [1, 2.5, null], "b": {"c": "d"}}') == {
+    assert body.parse_json(b'{"a": [1, 2.5, null], "b": {"c": "d"}}') == {
         "a": [1, 2.5, None], "b": {"c": "d"}}
 
 
@@ -312,7 +313,7 @@ def test_valid_json_parses():
     (b'{"a": [[1, 2], [3, 1e309]]}', "a[1][1]"),
 ])
 def test_a_non_finite_number_is_named_by_its_path(raw, field):
-    assert refusal(wire.parse_json, raw) == invalid(field, NAN_MSG)
+    assert refusal(body.parse_json, raw) == invalid(field, NAN_MSG)
 
 
 def _orjson_error(raw: bytes) -> str:
@@ -326,13 +327,13 @@ def _orjson_error(raw: bytes) -> str:
 @pytest.mark.parametrize("raw", [b'{"a": 1,', b"NaN", b'{"a": "\xff"}', b"", b"[1, 2] x"])
 def test_malformed_json_is_a_400_quoting_the_parser(raw):
     # A lone NaN is a non-finite number at the root: no field to name, so it is malformed.
-    assert refusal(wire.parse_json, raw) == (
+    assert refusal(body.parse_json, raw) == (
         400, "malformed_json", None, f"body is not valid JSON: {_orjson_error(raw)}")
 
 
 def test_json_nested_past_the_parser_is_a_400():
     raw = b"[" * 100_000 + b"]" * 100_000
-    assert refusal(wire.parse_json, raw) == (
+    assert refusal(body.parse_json, raw) == (
         400, "malformed_json", None, "body is not valid JSON: nested too deeply")
 
 

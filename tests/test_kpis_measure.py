@@ -51,7 +51,7 @@ def add_gpu_hour(gpu, hour, energy_j, util_pct, minutes, simulated=False):
 
 
 def add_host_energy(host, hour, cpu_j, ram_j):
-    from greenops.carbon.models import HostEnergyHour
+    from greenops.telemetry.models import HostEnergyHour
 
     HostEnergyHour.objects.create(host=host, bucket=hour, cpu_energy_j=cpu_j, ram_energy_j=ram_j,
                                   cpu_method="rapl", ram_method="constant", samples=60)

@@ -87,7 +87,7 @@ def test_every_team_page_with_ranges_offers_the_same_ones(client, users, team):
 
 
 def test_sources_become_named_links_and_the_rest_stays_escaped():
-    from dashboards.templatetags.figures import sources
+    from dashboards.templatetags.readable import sources
 
     url = ("https://raw.githubusercontent.com/datareceipts/data-receipts/main/"
            "109-gpu-pricing/hyperscalers.json")

@@ -402,7 +402,7 @@ def test_a_run_takes_the_5000_oldest_late_hours_and_leaves_the_rest_for_the_next
     rebuilt, jobs_for = [], []
     monkeypatch.setattr(rollup, "rollup_hour", lambda t, hour, factors: rebuilt.append(hour))
     monkeypatch.setattr(rollup, "rollup_day", lambda t, day: None)
-    monkeypatch.setattr(rollup.jobs, "refresh_overlapping",
+    monkeypatch.setattr(rollup.job_accounting, "refresh_overlapping",
                         lambda team_id, start, end, now, factors: jobs_for.append(start) or 0)
     first = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
     marks = [first + i * HOUR for i in range(5001)]  # 5,001 hours: 2025-01-01 00:00 onwards

@@ -34,9 +34,9 @@ from pypdf import PdfReader
 
 from greenops.kpis import queries as kpi_queries
 from greenops.kpis import rollup
-from greenops.reports import csv_writer, figures, generate
-from greenops.reports.figures import Month
+from greenops.reports import csv_writer, generate, month_figures
 from greenops.reports.models import Report, Status, Subscription, Trigger
+from greenops.reports.month_figures import Month
 from greenops.teams.models import ApiToken
 from tests.conftest import gz, make_host
 
@@ -117,7 +117,7 @@ def october(team, settings, post_batch, client, django_capture_on_commit_callbac
 
 
 def test_month_in_the_team_zone_is_hand_computed(team, october):
-    fig = figures.month_figures(team, OCT, now=AFTER)
+    fig = month_figures.month_figures(team, OCT, now=AFTER)
     assert (fig["start"], fig["end"]) == ("2026-09-30T22:00:00+00:00",
                                           "2026-10-31T23:00:00+00:00")
     t = fig["totals"]
@@ -156,8 +156,8 @@ def test_month_in_the_team_zone_is_hand_computed(team, october):
 
 def test_report_figures_are_the_kpi_engines(team, october):
     """The totals and workload rows are what the KPI API answers for the same window."""
-    fig = figures.month_figures(team, OCT, now=AFTER)
-    start, end = figures.month_window(team, OCT)
+    fig = month_figures.month_figures(team, OCT, now=AFTER)
+    start, end = month_figures.month_window(team, OCT)
     k = kpi_queries.kpis(team, None, start, end)
     for key in ("energy_kwh", "facility_energy_kwh", "co2e_kg", "requests", "gpu_util_pct"):
         assert fig["totals"][key] == k[key]
@@ -366,7 +366,7 @@ def test_alert_summary_counts_firings_in_the_month_and_the_state_at_its_end(team
                      (H2 + dt.timedelta(minutes=30), State.OK, State.FIRING),  # 31 Oct, 23:30 CET
                      (H3 + dt.timedelta(minutes=30), State.FIRING, State.OK)):  # November
         RuleEvent.objects.create(rule=rule, at=at, from_state=a, to_state=b)
-    fig = figures.month_figures(team, OCT, now=AFTER)
+    fig = month_figures.month_figures(team, OCT, now=AFTER)
     assert fig["alerts"]["rows"] == [{"rule": "Ranker too slow", "what": "latency_p99_ms",
                                       "fired": 2, "state": "Firing"}]
 
@@ -379,7 +379,7 @@ def test_market_based_carbon_and_embodied_m_where_the_site_records_them(team, oc
     site.embodied_co2e_g_per_gpu_hour = 50.0
     site.embodied_source = "vendor LCA"
     site.save()
-    fig = figures.month_figures(team, OCT, now=AFTER)
+    fig = month_figures.month_figures(team, OCT, now=AFTER)
     # 0.9 facility kWh x 100 g/kWh = 90 g; location-based stays 360 g.
     assert fig["totals"]["co2e_market_kg"] == pytest.approx(0.09)
     assert fig["totals"]["co2e_kg"] == pytest.approx(0.36)
@@ -394,7 +394,7 @@ def test_report_command_backfills_months_and_names_bad_arguments(team, capsys):
 
     call_command("report", "--team", team.slug, "--backfill", "2")
     out = capsys.readouterr()
-    last = figures.current_month(team).previous()
+    last = month_figures.current_month(team).previous()
     assert out.out.splitlines() == [f"{team.slug} {last.previous()}: revision 1",
                                     f"{team.slug} {last}: revision 1"]
     assert "[##############################] 2/2" in out.err  # the progress bar
@@ -411,7 +411,7 @@ def test_a_failure_is_shown_with_its_reason(client, users, team, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("KPI rollups unavailable")
 
-    monkeypatch.setattr(figures, "month_figures", broken)
+    monkeypatch.setattr(month_figures, "month_figures", broken)
     report = _generate(team, Month(2026, 8))
     assert report.status == Status.FAILED and report.revision is None
     assert report.error == "RuntimeError: KPI rollups unavailable"
@@ -479,8 +479,8 @@ def test_schedule_rechecks_a_closed_month_daily_and_late_data_becomes_revision_t
 
 def test_a_half_hour_zone_says_how_its_month_boundary_is_counted(team):
     set_zone(team, "Asia/Kolkata")  # UTC+5:30: October starts 2026-09-30 18:30 UTC
-    fig = figures.month_figures(team, OCT, now=AFTER)
+    fig = month_figures.month_figures(team, OCT, now=AFTER)
     assert fig["start"] == "2026-09-30T18:30:00+00:00"
     assert "start at :30 UTC" in fig["methodology"]["boundary"]
     set_zone(team, "UTC")
-    assert figures.month_figures(team, OCT, now=AFTER)["methodology"]["boundary"] == ""
+    assert month_figures.month_figures(team, OCT, now=AFTER)["methodology"]["boundary"] == ""

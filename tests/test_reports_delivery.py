@@ -10,8 +10,8 @@ import boto3
 import pytest
 
 from greenops.reports import generate
-from greenops.reports.figures import Month
 from greenops.reports.models import Status, Trigger
+from greenops.reports.month_figures import Month
 
 BUCKET = "finance-archive"
 

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from greenops.reports import generate
-from greenops.reports.figures import Month
 from greenops.reports.models import Report, Subscription
+from greenops.reports.month_figures import Month
 from greenops.teams.permissions import MATRIX, ROLE_ORDER
 from tests.test_teams_permissions import ROLES, _patterns
 

@@ -7,6 +7,7 @@ import datetime as dt
 import orjson
 import pytest
 
+from greenops.kpis import job_accounting
 from greenops.teams.models import ApiToken
 from greenops.workloads import jobs
 from greenops.workloads.models import TrainingJob, Workload
@@ -49,7 +50,7 @@ def test_job_accounting_hand_computed(scenario):
                                      started_at=H + dt.timedelta(minutes=15),
                                      stopped_at=H + dt.timedelta(minutes=45))
     job.gpus.set([scenario["a0"], scenario["b0"]])
-    jobs.account(job, stand_in_factors())
+    job_accounting.account(job, stand_in_factors())
     job.refresh_from_db()
     assert job.duration_s() == 1800
     assert job.gpu_energy_j == pytest.approx(1_260_000)

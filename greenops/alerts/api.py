@@ -10,10 +10,10 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.alerts import figures, rules
+from greenops.alerts import kpi_values, rules
 from greenops.alerts.models import Channel, NoDataPolicy, Rule, RuleKind
-from greenops.api.body import json_body
 from greenops.errors import invalid
+from greenops.request_body import json_body
 from greenops.teams.permissions import authorize_api
 
 router = Router(tags=["alerts"])
@@ -29,8 +29,8 @@ RULE_SCHEMA = {
         "name": {"type": "string", "maxLength": 120},
         "enabled": {"type": "boolean"},
         "kind": {"enum": list(RuleKind.values)},
-        "kpi": {"enum": list(figures.KPIS), "description": "not for kind=stopped"},
-        "window": {"enum": list(figures.WINDOWS),
+        "kpi": {"enum": list(kpi_values.KPIS), "description": "not for kind=stopped"},
+        "window": {"enum": list(kpi_values.WINDOWS),
                    "description": "threshold: any; change: 1h, 6h, 24h, 7d; budget: month"},
         "host": {"type": "string", "description": "scope: a host name"},
         "gpu": {"type": "string", "description": "scope: host-name:index"},

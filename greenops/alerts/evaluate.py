@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.utils import timezone
 
-from greenops.alerts import figures
+from greenops.alerts import kpi_values
 from greenops.alerts.models import (
     Direction,
     NoDataPolicy,
@@ -113,18 +113,18 @@ def _fmt(v: float | None, unit: str = "") -> str:
 
 # --- what each kind sees ------------------------------------------------------------------------
 
-def _threshold(rule: Rule, scope: figures.Scope, now: dt.datetime, tz) -> Outcome:
-    start, end = figures.window_bounds(rule.window, now, tz)
-    f = figures.figure(scope, rule.kpi, start, end)
+def _threshold(rule: Rule, scope: kpi_values.Scope, now: dt.datetime, tz) -> Outcome:
+    start, end = kpi_values.window_bounds(rule.window, now, tz)
+    f = kpi_values.figure(scope, rule.kpi, start, end)
     if f.value is None:
         return Outcome(NODATA, None, f.reason, f.as_json())
-    if figures.KPIS[rule.kpi].per_inference and f.requests < rule.min_requests:
+    if kpi_values.KPIS[rule.kpi].per_inference and f.requests < rule.min_requests:
         return Outcome(NODATA, None, f"{f.requests} inferences in the window, under the "
                        f"rule's minimum of {rule.min_requests}", f.as_json())
     cond = compare(f.value, rule.direction, rule.fire_level, rule.effective_clear_level())
     clear = rule.effective_clear_level()
-    detail = (f"{figures.KPIS[rule.kpi].label} {_fmt(f.value, f.unit)} over the "
-              f"{figures.WINDOWS[rule.window][0]}; fires {rule.direction} "
+    detail = (f"{kpi_values.KPIS[rule.kpi].label} {_fmt(f.value, f.unit)} over the "
+              f"{kpi_values.WINDOWS[rule.window][0]}; fires {rule.direction} "
               f"{_fmt(rule.fire_level, f.unit)}, clears at {_fmt(clear, f.unit)}")
     return Outcome(cond, f.value, detail, f.as_json())
 
@@ -133,11 +133,11 @@ def change_pct(current: float, baseline: float) -> float:
     return (current - baseline) / baseline * 100
 
 
-def _change(rule: Rule, scope: figures.Scope, now: dt.datetime, tz) -> Outcome:
-    start, end = figures.window_bounds(rule.window, now, tz)
+def _change(rule: Rule, scope: kpi_values.Scope, now: dt.datetime, tz) -> Outcome:
+    start, end = kpi_values.window_bounds(rule.window, now, tz)
     shift = dt.timedelta(days=rule.baseline_days)
-    cur = figures.figure(scope, rule.kpi, start, end)
-    base = figures.figure(scope, rule.kpi, start - shift, end - shift)
+    cur = kpi_values.figure(scope, rule.kpi, start, end)
+    base = kpi_values.figure(scope, rule.kpi, start - shift, end - shift)
     fig = {**cur.as_json(), "baseline": base.as_json()}
     if cur.value is None or base.value is None:
         which = "current window" if cur.value is None else "baseline window"
@@ -154,8 +154,8 @@ def _change(rule: Rule, scope: figures.Scope, now: dt.datetime, tz) -> Outcome:
     fire, clear = rule.fire_level, rule.effective_clear_level()
     cond = compare(pct, rule.direction, fire if rule.direction == Direction.ABOVE else -fire,
                    clear if rule.direction == Direction.ABOVE else -clear)
-    unit = figures.KPIS[rule.kpi].unit
-    detail = (f"{figures.KPIS[rule.kpi].label} {_fmt(cur.value, unit)} against "
+    unit = kpi_values.KPIS[rule.kpi].unit
+    detail = (f"{kpi_values.KPIS[rule.kpi].label} {_fmt(cur.value, unit)} against "
               f"{_fmt(base.value, unit)} {rule.baseline_days} days earlier: {pct:+.1f} %; "
               f"fires at {'+' if rule.direction == Direction.ABOVE else '-'}{fire:g} %")
     return Outcome(cond, pct, detail, fig)
@@ -188,20 +188,20 @@ def days_in_month(now: dt.datetime, tz) -> int:
     return (nxt - local.replace(day=1)).days
 
 
-def _budget(rule: Rule, scope: figures.Scope, now: dt.datetime, tz) -> Outcome:
-    start, end = figures.window_bounds("month", now, tz)
-    unit = figures.KPIS[rule.kpi].unit
-    actual = figures.figure(scope, rule.kpi, start, end)
+def _budget(rule: Rule, scope: kpi_values.Scope, now: dt.datetime, tz) -> Outcome:
+    start, end = kpi_values.window_bounds("month", now, tz)
+    unit = kpi_values.KPIS[rule.kpi].unit
+    actual = kpi_values.figure(scope, rule.kpi, start, end)
     fig = actual.as_json()
     if actual.value is None and actual.reason != "no measurements in the window":
         return Outcome(NODATA, None, actual.reason, fig)
     spent = actual.value or 0.0  # nothing measured this month yet is a real 0 spent
     budget = rule.fire_level
-    parts = [f"{figures.KPIS[rule.kpi].label} this month {_fmt(spent, unit)} of a "
+    parts = [f"{kpi_values.KPIS[rule.kpi].label} this month {_fmt(spent, unit)} of a "
              f"{_fmt(budget, unit)} budget ({spent / budget * 100:.0f} %)"]
     breach = spent >= budget
     if rule.budget_forecast:
-        days = [f.value for f in figures.daily(scope, rule.kpi, now, tz)]
+        days = [f.value for f in kpi_values.daily(scope, rule.kpi, now, tz)]
         if any(v is None for v in days):
             parts.append("no forecast: a day of the month has no figure")
         elif len(days) < rule.forecast_min_days:
@@ -217,9 +217,9 @@ def _budget(rule: Rule, scope: figures.Scope, now: dt.datetime, tz) -> Outcome:
     return Outcome(BREACH if breach else CLEAR, spent, "; ".join(parts), fig)
 
 
-def _stopped(rule: Rule, scope: figures.Scope, now: dt.datetime, tz) -> Outcome:
+def _stopped(rule: Rule, scope: kpi_values.Scope, now: dt.datetime, tz) -> Outcome:
     limit = dt.timedelta(minutes=rule.stopped_minutes)
-    seen = figures.hosts_last_seen(scope)
+    seen = kpi_values.hosts_last_seen(scope)
     if not seen:
         return Outcome(NODATA, None, "the team has no hosts")
     never = [name for name, t in seen if t is None]
@@ -240,9 +240,9 @@ KINDS = {RuleKind.THRESHOLD: _threshold, RuleKind.CHANGE: _change, RuleKind.BUDG
 
 def observe(rule: Rule, now: dt.datetime) -> Outcome:
     """What the rule sees now, errors included: one broken rule must not stop the others."""
-    tz = figures.team_tz(rule.team)
+    tz = kpi_values.team_tz(rule.team)
     try:
-        out = KINDS[rule.kind](rule, figures.Scope.of(rule), now, tz)
+        out = KINDS[rule.kind](rule, kpi_values.Scope.of(rule), now, tz)
     except Exception as exc:  # shown on the rule's page; the other rules carry on
         return Outcome(ERROR, None, f"{type(exc).__name__}: {exc}")
     if out.figure.get("simulated") and not rule.include_simulated and out.condition != NODATA:
@@ -273,7 +273,7 @@ def run(rule: Rule, now: dt.datetime | None = None) -> RuleEvent | None:
     else:
         new, new_since = next_state(old, since, out.condition, now, rule.for_minutes * 60,
                                     rule.keep_firing_minutes * 60)
-    tz = figures.team_tz(rule.team)
+    tz = kpi_values.team_tz(rule.team)
     muted = rule.muted_reason(now, tz)
     kind = notification_for(old, new, rule.episode_notified)
     if new == State.FIRING and old == State.FIRING and not muted:

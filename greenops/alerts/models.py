@@ -1,7 +1,7 @@
 """Alert rules, their state and history, notification channels and every notification attempt.
 
 A rule is evaluated by greenops.alerts.evaluate (pure state machine + one KPI lookup through
-greenops.alerts.figures); channels deliver through one class per kind (greenops.alerts.channels).
+greenops.alerts.kpi_values); channels deliver through one class per kind (greenops.alerts.channels).
 A Notification row is written before each send, so a crash between "decided to notify" and
 "sent" leaves a row that says so, and a replayed task finds the row instead of sending twice.
 """
@@ -15,6 +15,7 @@ from django.db import models
 from django.utils import timezone
 
 from greenops.alerts import crypto
+from greenops.alerts.rule_kpis import KPIS
 from greenops.teams.models import Team
 from greenops.telemetry.models import Gpu, Host
 from greenops.workloads.models import Workload
@@ -231,8 +232,6 @@ class Rule(models.Model):
     @property
     def unit(self) -> str:
         """The unit of the value the rule compares (what its chart and messages show)."""
-        from greenops.alerts.figures import KPIS
-
         if self.kind == RuleKind.STOPPED:
             return "hosts"
         if self.kind == RuleKind.CHANGE:

@@ -17,7 +17,7 @@ from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from greenops.alerts import channels, figures
+from greenops.alerts import channels, kpi_values
 from greenops.alerts.models import (
     Channel,
     Notification,
@@ -39,7 +39,7 @@ def absolute(path: str) -> str:
 def payload(rule: Rule, kind: str, value: float | None, detail: str, figure: dict,
             now: dt.datetime) -> dict:
     """Everything a message says, frozen when the notification is written."""
-    kpi = figures.KPIS.get(rule.kpi)
+    kpi = kpi_values.KPIS.get(rule.kpi)
     if rule.kind == RuleKind.STOPPED:
         unit, label = "hosts", "Hosts not reporting"
     elif rule.kind == RuleKind.CHANGE:
@@ -58,7 +58,7 @@ def payload(rule: Rule, kind: str, value: float | None, detail: str, figure: dic
         "team": rule.team.slug, "kpi": rule.kpi or "host_stopped", "kpi_label": label,
         "value": value, "unit": unit, "threshold": threshold, "scope": rule.scope_label,
         "window": {"start": figure.get("start"), "end": figure.get("end"),
-                   "label": figures.WINDOWS.get(rule.window, ("",))[0]
+                   "label": kpi_values.WINDOWS.get(rule.window, ("",))[0]
                    if rule.kind in (RuleKind.THRESHOLD, RuleKind.CHANGE) else
                    "calendar month" if rule.kind == RuleKind.BUDGET else
                    f"last {rule.stopped_minutes} min"},
@@ -179,17 +179,17 @@ def live_payloads(channel: Channel, now: dt.datetime) -> list[dict]:
                            now))
     if out:
         return out
-    tz = figures.team_tz(channel.team)
-    start, end = figures.window_bounds("24h", now, tz)
-    f = figures.figure(figures.Scope(channel.team), "energy_kwh", start, end)
+    tz = kpi_values.team_tz(channel.team)
+    start, end = kpi_values.window_bounds("24h", now, tz)
+    f = kpi_values.figure(kpi_values.Scope(channel.team), "energy_kwh", start, end)
     detail = ("no rule uses this channel yet; the team's IT energy over the last 24 whole "
               "hours is shown instead" + (f" ({f.reason})" if f.value is None else ""))
     return [{"kind": NotificationKind.TEST, "rule": "Test message", "rule_id": None,
              "rule_kind": "test", "team": channel.team.slug, "kpi": "energy_kwh",
-             "kpi_label": figures.KPIS["energy_kwh"].label, "value": f.value,
+             "kpi_label": kpi_values.KPIS["energy_kwh"].label, "value": f.value,
              "unit": f.unit, "threshold": None, "scope": f"team {channel.team.name}",
              "window": {"start": f.start.isoformat(), "end": f.end.isoformat(),
-                        "label": figures.WINDOWS["24h"][0]},
+                        "label": kpi_values.WINDOWS["24h"][0]},
              "measured": not f.estimated, "estimated": f.estimated, "simulated": f.simulated,
              "detail": detail, "forecast": None,
              "url": absolute(reverse("alert-list", args=[channel.team.slug])),

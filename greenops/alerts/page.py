@@ -7,9 +7,9 @@ import datetime as dt
 
 from django.utils import timezone
 
-from greenops.alerts import figures
+from greenops.alerts import kpi_values
 from greenops.alerts.models import Rule, RuleKind
-from greenops.charts import LAYOUT, MAX_POINTS, axis
+from greenops.chart_style import LAYOUT, MAX_POINTS, axis
 
 STATE_COLOURS = {"ok": "#15803d", "pending": "#b45309", "firing": "#b91c1c",
                  "recovering": "#7c3aed", "nodata": "#6b7280", "error": "#111827"}
@@ -46,10 +46,10 @@ def rule_chart(rule: Rule, days: int = 7) -> dict | None:
     if rule.kind == RuleKind.STOPPED:
         unit, title = "hosts", "Hosts not reporting"
     elif rule.kind == RuleKind.CHANGE:
-        unit, title = "%", f"Change in {figures.KPIS[rule.kpi].label.lower()} against " \
+        unit, title = "%", f"Change in {kpi_values.KPIS[rule.kpi].label.lower()} against " \
                            f"{rule.baseline_days} days earlier"
     else:
-        unit, title = figures.KPIS[rule.kpi].unit, figures.KPIS[rule.kpi].label
+        unit, title = kpi_values.KPIS[rule.kpi].unit, kpi_values.KPIS[rule.kpi].label
     data = [{"type": "scatter", "mode": "lines+markers", "name": "value", "x": xs,
              "y": [v for _, v in points], "connectgaps": False,
              "hovertemplate": f"%{{y:.4g}} {unit}<extra></extra>"}]

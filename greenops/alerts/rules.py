@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from greenops.alerts import figures
+from greenops.alerts import kpi_values
 from greenops.alerts.models import (
     Channel,
     Direction,
@@ -184,20 +184,20 @@ def clean(team: Team, data: dict) -> tuple[dict, list[Channel]]:
         if out["workload"] is not None:
             raise invalid("workload", "a stopped-host rule watches a host or the whole team")
         return out, _channels(team, data)
-    out["kpi"] = _choice(data, "kpi", list(figures.KPIS), default="")
-    kpi = figures.KPIS[out["kpi"]]
+    out["kpi"] = _choice(data, "kpi", list(kpi_values.KPIS), default="")
+    kpi = kpi_values.KPIS[out["kpi"]]
     if kpi.per_inference and (out["host"] or out["gpu"]):
         raise invalid("kpi", f"{kpi.label} needs inference counts, which belong to a "
                       "workload or the team: scope the rule to one of those")
     if kind == RuleKind.BUDGET:
-        if out["kpi"] not in figures.BUDGET_KPIS:
+        if out["kpi"] not in kpi_values.BUDGET_KPIS:
             raise invalid("kpi", "a budget is for spend (cost_usd) or carbon (co2e_kg)")
         out["window"] = "month"
         out["fire_level"] = _float(data, "fire_level", required=True)
         if out["fire_level"] <= 0:
             raise invalid("fire_level", "the monthly budget must be above 0")
         return out, _channels(team, data)
-    windows = ROLLING if kind == RuleKind.CHANGE else list(figures.WINDOWS)
+    windows = ROLLING if kind == RuleKind.CHANGE else list(kpi_values.WINDOWS)
     out["window"] = _choice(data, "window", windows)
     fire = _float(data, "fire_level", required=True)
     clear = _float(data, "clear_level")

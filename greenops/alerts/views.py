@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from greenops.alerts import channels, figures, notify, rules
+from greenops.alerts import channels, kpi_values, notify, rules
 from greenops.alerts.models import (
     Channel,
     ChannelKind,
@@ -40,7 +40,7 @@ def rule_list(request: HttpRequest, team: Team) -> HttpResponse:
         "notifications": Notification.objects.filter(channel__team=team)
         .select_related("channel", "rule")[:20],
         "can_manage": "alerts.manage" in request.team_actions,
-        "kpis": figures.KPIS, "now": timezone.now(),
+        "kpis": kpi_values.KPIS, "now": timezone.now(),
     })
 
 
@@ -72,8 +72,8 @@ def _form(request: HttpRequest, team: Team, rule: Rule | None, data: dict,
           error: FieldError | None = None, status: int = 200) -> HttpResponse:
     return render(request, "alerts/form.html", {
         "team": team, "rule": rule, "d": data, "error": error,
-        "scopes": _scope_options(team), "kinds": RuleKind.choices, "kpis": figures.KPIS,
-        "windows": figures.WINDOWS, "directions": Direction.choices,
+        "scopes": _scope_options(team), "kinds": RuleKind.choices, "kpis": kpi_values.KPIS,
+        "windows": kpi_values.WINDOWS, "directions": Direction.choices,
         "no_data_choices": NoDataPolicy.choices, "weekdays": list(enumerate(WEEKDAYS)),
         "channels": Channel.objects.filter(team=team),
         "selected_channels": {str(c) for c in data.get("channels", [])},
@@ -124,12 +124,12 @@ def rule_detail(request: HttpRequest, team: Team, rule_id: int) -> HttpResponse:
     rule = get_object_or_404(Rule.objects.for_page(), team=team, id=rule_id)
     return render(request, "alerts/rule.html", {
         "team": team, "rule": rule, "chart": rule_chart(rule),
-        "kpi": figures.KPIS.get(rule.kpi),
-        "window_label": figures.WINDOWS.get(rule.window, ("",))[0],
+        "kpi": kpi_values.KPIS.get(rule.kpi),
+        "window_label": kpi_values.WINDOWS.get(rule.window, ("",))[0],
         "events": rule.events.all()[:50],
         "notifications": rule.notifications.select_related("channel")[:30],
         "can_manage": "alerts.manage" in request.team_actions,
-        "muted": rule.muted_reason(timezone.now(), figures.team_tz(team)),
+        "muted": rule.muted_reason(timezone.now(), kpi_values.team_tz(team)),
     })
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from greenops.api.error_answers import on_field_error, on_too_big
 from greenops.errors import FieldError
 from greenops.telemetry import ingest
 
@@ -35,17 +36,13 @@ class SamplesFastPath:
 
 def answer_samples(request: HttpRequest) -> HttpResponse:
     """POST /api/v1/samples: 202 with what ingest.accept_samples says, or the API's error
-    (greenops.api.v1's handlers, imported only for an error: v1 imports the URLconf's world)."""
+    (the handlers of greenops.api.error_answers, as every other operation's)."""
     try:
         auth = ingest.samples_auth(request.headers.get("Authorization"))
         answer = ingest.accept_samples(auth, request.body, request.headers.get("Content-Encoding"))
     except FieldError as exc:
-        from greenops.api.v1 import on_field_error
-
         response = on_field_error(request, exc)
     except RequestDataTooBig as exc:
-        from greenops.api.v1 import on_too_big
-
         response = on_too_big(request, exc)
     else:
         # A plain JsonResponse: the answer is built from validated values, so running it

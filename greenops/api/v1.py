@@ -3,117 +3,19 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, HttpRequest
-from ninja import NinjaAPI, Schema
-from ninja.errors import AuthenticationError, HttpError, ValidationError
+from django.http import HttpRequest
+from ninja import Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops import windows
-from greenops.api.body import json_body
-from greenops.errors import FieldError
+from greenops.api.error_answers import api
+from greenops.api.fastpath import answer_samples
+from greenops.request_body import json_body
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import host_samples, ingest
 from greenops.telemetry.host_auth import host_token, host_token_for_samples
 from greenops.telemetry.queries import RANGES, team_usage
-
-ERROR_SCHEMA = {
-    "type": "object",
-    "required": ["error", "field", "message"],
-    "properties": {"error": {"type": "string"}, "field": {"type": ["string", "null"]},
-                   "message": {"type": "string"}},
-}
-
-
-class GreenOpsAPI(NinjaAPI):
-    """NinjaAPI whose schema says what every operation can answer besides its success: any
-    error is the one {error, field, message} body (an OpenAPI `default` response), and an
-    operation without an auth class says so (`security: []`) instead of saying nothing."""
-
-    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
-        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
-        schema["components"].setdefault("schemas", {})["Error"] = ERROR_SCHEMA
-        ref = {"$ref": "#/components/schemas/Error"}
-        error = {"description": "Any error: 4xx naming the field at fault (see README Errors)",
-                 "content": {"application/json": {"schema": ref}}}
-        for operations in schema["paths"].values():
-            for operation in operations.values():
-                operation["responses"].setdefault("default", error)
-                operation.setdefault("security", [])
-        return schema
-
-
-api = GreenOpsAPI(
-    title="GreenOps API",
-    version="1",
-    urls_namespace="api-v1",
-    description="Host agents send GPU samples; people read their teams' usage.",
-)
-
-
-@api.exception_handler(FieldError)
-def on_field_error(request: HttpRequest, exc: FieldError):
-    response = api.create_response(request, exc.as_dict(), status=exc.status)
-    if exc.status == 401:
-        response["WWW-Authenticate"] = 'Bearer realm="greenops"'
-    if exc.retry_after_s is not None:
-        response["Retry-After"] = str(exc.retry_after_s)
-    return response
-
-
-@api.exception_handler(RequestDataTooBig)
-def on_too_big(request: HttpRequest, exc: RequestDataTooBig):
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    message = f"request body is larger than {limit} bytes (INGEST_MAX_BODY_BYTES)"
-    return on_field_error(request, FieldError(413, "too_large", None, message))
-
-
-@api.exception_handler(Http404)
-def on_not_found(request: HttpRequest, exc: Http404):
-    return api.create_response(request, {"error": "not_found", "field": None,
-                                         "message": str(exc) or "not found"}, status=404)
-
-
-@api.exception_handler(AuthenticationError)
-def on_unauthenticated(request: HttpRequest, exc: AuthenticationError):
-    # Only the session endpoints get here (token auth classes raise FieldError themselves).
-    return on_field_error(request, FieldError(
-        401, "unauthorized", settings.SESSION_COOKIE_NAME,
-        "log in first: this endpoint takes the session cookie"))
-
-
-_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 409: "conflict", 413: "too_large",
-               415: "unsupported_media_type", 429: "rate_limited"}
-
-
-@api.exception_handler(HttpError)
-def on_http_error(request: HttpRequest, exc: HttpError):
-    message = str(exc)
-    if exc.status_code == 403 and "CSRF" in message:  # session POSTs need Django's CSRF token
-        return on_field_error(request, FieldError(
-            403, "csrf_failed", "X-CSRFToken", "send the csrftoken cookie's value as X-CSRFToken"))
-    return on_field_error(request, FieldError(
-        exc.status_code, _HTTP_CODES.get(exc.status_code, "error"), None, message))
-
-
-def _loc_field(loc) -> str | None:
-    """ninja's error location ("query", "range") or ("body", "payload", "x", 0) -> x[0]."""
-    parts = [p for p in loc[1:] if p != "payload"] if loc and loc[0] in (
-        "query", "path", "body", "header", "cookie", "form", "file") else list(loc or ())
-    field = ""
-    for part in parts:
-        field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
-    return field or None
-
-
-@api.exception_handler(ValidationError)
-def on_validation_error(request: HttpRequest, exc: ValidationError):
-    first = exc.errors[0] if exc.errors else {}
-    return on_field_error(request, FieldError(
-        422, "validation_error", _loc_field(first.get("loc")), first.get("msg", "invalid")))
 
 
 class Accepted(Schema):
@@ -202,8 +104,6 @@ INVENTORY_SCHEMA = {
 def post_samples(request: HttpRequest):
     # Documents the endpoint; greenops.api.fastpath answers it before the URL resolver runs
     # (here only where MIDDLEWARE lacks the fast path), with the same function.
-    from greenops.api.fastpath import answer_samples
-
     return answer_samples(request)
 
 

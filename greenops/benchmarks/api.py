@@ -12,12 +12,12 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.api.body import declared_body, json_body
 from greenops.benchmarks import runs
 from greenops.benchmarks.models import BenchmarkRun
 from greenops.errors import invalid
-from greenops.teams.auth import team_or_host_token_auth
+from greenops.request_body import declared_body, json_body
 from greenops.teams.permissions import authorize_api
+from greenops.telemetry.host_auth import team_or_host_token_auth
 
 router = Router(tags=["benchmarks"])
 

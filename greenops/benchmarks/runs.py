@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from collectors import bench_gate as gate
 from greenops.benchmarks.models import Acknowledgement, BenchmarkRun, BenchmarkSample
-from greenops.charts import MAX_POINTS
+from greenops.chart_style import MAX_POINTS
 from greenops.errors import FieldError, invalid
 from greenops.teams.models import Team
 from greenops.telemetry.wire import text_field

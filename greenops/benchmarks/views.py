@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from collectors import bench_gate as gate
-from greenops.benchmarks import figures, runs
+from greenops.benchmarks import benchmark_charts, runs
 from greenops.benchmarks.models import BenchmarkRun
 from greenops.errors import FieldError
 from greenops.teams.models import Team
@@ -38,8 +38,8 @@ def workload_history(request: HttpRequest, team: Team, workload_slug: str) -> Ht
     if branch is not None and branch not in branch_list:
         branch = None
     points = runs.history(workload, branch)
-    charts = [{"id": f"fig-{k.key}", "fig": figures.kpi_history(points, k)} for k in gate.KPIS
-              if any(p["kpis"][k.key]["value"] is not None for p in points)]
+    charts = [{"id": f"fig-{k.key}", "fig": benchmark_charts.kpi_history(points, k)}
+              for k in gate.KPIS if any(p["kpis"][k.key]["value"] is not None for p in points)]
     return render(request, "benchmarks/history.html", {
         "team": team, "workload": workload, "points": list(reversed(points)),
         "charts": charts, "branches": branch_list, "branch": branch,

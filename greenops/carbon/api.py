@@ -47,8 +47,8 @@ from ninja import File, Router, Schema
 from ninja.files import UploadedFile
 from ninja.responses import Status
 
-from greenops.api.body import declared_body, json_body
 from greenops.carbon import emissions_csv, host_energy
+from greenops.request_body import declared_body, json_body
 from greenops.teams.auth import team_token_auth
 from greenops.telemetry.host_auth import host_token
 

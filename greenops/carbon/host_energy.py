@@ -20,10 +20,10 @@ from django.db import transaction
 from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce, TruncHour
 
-from greenops.carbon.models import MIXED, HostEnergyHour, HostEnergySample
+from greenops.carbon.models import HostEnergySample
 from greenops.errors import invalid
 from greenops.telemetry import late
-from greenops.telemetry.models import Host
+from greenops.telemetry.models import MIXED, Host, HostEnergyHour
 from greenops.telemetry.wire import (
     check_range,
     distinct_timestamps,

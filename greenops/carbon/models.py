@@ -86,22 +86,8 @@ class HostEnergySample(models.Model):
     simulated = models.BooleanField(default=False)
 
 
-MIXED = "mixed"
-
-
-class HostEnergyHour(models.Model):
-    """Host CPU and RAM energy per hour. Methods say how the figures were obtained ("rapl",
-    "tdp", "constant", ...); "mixed" when the hour's samples disagree."""
-
-    pk = models.CompositePrimaryKey("host_id", "bucket")
-    host = models.ForeignKey(Host, models.CASCADE, db_index=False, related_name="+")
-    bucket = models.DateTimeField()  # hour start, UTC
-    cpu_energy_j = models.FloatField(default=0)
-    ram_energy_j = models.FloatField(default=0)
-    cpu_method = models.CharField(max_length=16)
-    ram_method = models.CharField(max_length=16)
-    samples = models.IntegerField(default=0)
-    simulated_samples = models.IntegerField(default=0)
+# HostEnergyHour, the hourly rollup of these samples, is telemetry's (greenops.telemetry.models):
+# greenops.energy reads it, and carbon sits above energy.
 
 
 class Source(models.TextChoices):

@@ -1,5 +1,6 @@
 """Pages of the carbon app, mounted under /teams/<slug>/ by greenops/urls.py. The methodology
-page belongs to no team; greenops/urls.py mounts it at /methodology/."""
+page (dashboards/methodology.py) belongs to no team; greenops/urls.py mounts it at
+/methodology/."""
 
 from django.urls import path
 

@@ -6,26 +6,19 @@ import datetime as dt
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from greenops.carbon import accounting, emissions_csv, intensity
-from greenops.carbon.models import HostEnergyHour, Site
+from greenops.carbon import accounting, emissions_csv
+from greenops.carbon.models import Site
 from greenops.carbon.runs import runs_with_totals
-from greenops.costs.accounting import IDLE_UTIL_PCT
-from greenops.costs.team_recommendations import (
-    BASIS_DAYS,
-    IDLE_HOURS,
-    IDLE_SHARE,
-    MIN_COMMIT_DAYS,
-)
 from greenops.errors import FieldError
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
+from greenops.telemetry.models import HostEnergyHour
 from greenops.units import j_to_kwh
 
 RUNS_SHOWN = 200
@@ -87,29 +80,4 @@ def sites(request: HttpRequest, team: Team) -> HttpResponse:
     return render(request, "carbon/sites.html", {
         "team": team, "sites": Site.objects.filter(team=team), "hosts": hosts,
         "default_pue": settings.GREENOPS_DEFAULT_PUE,
-        "idle_threshold_pct": IDLE_UTIL_PCT,
-        "idle_hours": IDLE_HOURS,
-        "idle_share_pct": round(IDLE_SHARE * 100),
-        "min_commit_days": MIN_COMMIT_DAYS,
-    })
-
-
-@login_required
-def methodology(request: HttpRequest) -> HttpResponse:
-    regions = [
-        {"row": row, "intensity": intensity.resolve(provider=row.provider, region=row.region)}
-        for row in intensity.cloud_regions().values()
-    ]
-    return render(request, "carbon/methodology.html", {
-        "codecarbon_version": intensity.codecarbon_version(),
-        "default_pue": settings.GREENOPS_DEFAULT_PUE,
-        "idle_threshold_pct": IDLE_UTIL_PCT,
-        "idle_hours": IDLE_HOURS,
-        "idle_share_pct": round(IDLE_SHARE * 100),
-        "min_commit_days": MIN_COMMIT_DAYS,
-        "savings_basis_days": BASIS_DAYS,
-        "world_average": intensity.world_average(),
-        "regions": regions,
-        "files": [intensity.COUNTRY_FILE, intensity.US_STATE_FILE, intensity.GCP_FILE,
-                  intensity.WORLD_FILE],
     })

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
 from django.db import transaction
 
+from greenops.costs import overrides
 from greenops.costs.models import (
     HostCostConfig,
     InstanceType,
@@ -22,6 +22,7 @@ from greenops.costs.models import (
     PriceMethod,
     PriceOption,
 )
+from greenops.costs.prices import HourlyPrice, PriceProblem
 from greenops.telemetry.models import Host, PurchaseOption
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -101,27 +102,6 @@ def is_stale(price: Price, now: dt.datetime | None = None) -> bool:
     return price.age(now) > MAX_AGE[PriceOption(price.option)]
 
 
-@dataclass(frozen=True)
-class HourlyPrice:
-    """What one host-hour costs under the host's purchase option."""
-
-    usd_per_hour: float
-    option: str
-    source: str
-    as_of: dt.datetime | None
-    stale: bool
-    # On-premises hosts add electricity on top of the amortised hardware per hour.
-    # PUE is not the catalog's: it comes from the carbon app's site factors (one per host).
-    electricity_usd_per_kwh: float | None = None
-    price: Price | None = None
-
-
-@dataclass(frozen=True)
-class PriceProblem:
-    code: str  # missing_price, unknown_instance_type, missing_on_prem_cost, no_instance_type
-    message: str
-
-
 def instance_type(provider: str, name: str) -> InstanceType | None:
     return InstanceType.objects.filter(provider=provider, name=name).first()
 
@@ -144,8 +124,6 @@ def find_price(provider: str, region: str, instance_type_name: str, option: str,
 def host_price(host: Host, now: dt.datetime | None = None) -> HourlyPrice | PriceProblem:
     """The hourly price of a host under its own purchase option, or why there is none: the
     catalog's, after the team's own price overrides (greenops.costs.overrides)."""
-    from greenops.costs import overrides  # its model imports the catalog's dataclasses lazily
-
     return overrides.apply(host, now, catalog_price(host, now))
 
 

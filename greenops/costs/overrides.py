@@ -20,6 +20,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from greenops.costs.prices import HourlyPrice
 from greenops.teams.models import Team
 from greenops.telemetry.models import Host, PurchaseOption
 
@@ -118,8 +119,6 @@ def apply(host: Host, at: dt.datetime | None, found,
     on-premises rate replaces the catalog's answer (or fills its blank); a discount reduces a
     list price. `found` is the catalog's HourlyPrice or PriceProblem; `rows` the team's
     overrides when the caller prices many hours (team_overrides, fetched once)."""
-    from greenops.costs.catalog import HourlyPrice  # the catalog imports this module
-
     rows = in_force(team_overrides(host.team_id) if rows is None else rows,
                     at or timezone.now())
     if not rows:

@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from greenops import windows
-from greenops.costs import figures
+from greenops.costs import cost_charts
 from greenops.costs.accounting import collect, team_costs
 from greenops.costs.models import PriceRefresh
 from greenops.costs.team_recommendations import team_recommendations
@@ -21,7 +21,7 @@ def recommendations(request: HttpRequest, team: Team) -> HttpResponse:
     report = team_recommendations(team, days, usage=usage)
     charts = []
     for i, rec in enumerate(report["recommendations"]):
-        spec = figures.commitment_curve(rec)
+        spec = cost_charts.commitment_curve(rec)
         if spec is not None:
             charts.append({"id": f"fig-commit-{i}", "spec": spec})
     ctx = {

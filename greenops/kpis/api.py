@@ -9,10 +9,10 @@ from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops import windows
-from greenops.api.body import json_body
 from greenops.kpis import inference, queries
-from greenops.teams.auth import team_or_host_token_auth
+from greenops.request_body import json_body
 from greenops.teams.permissions import authorize_api
+from greenops.telemetry.host_auth import team_or_host_token_auth
 from greenops.workloads.models import Workload
 
 router = Router(tags=["kpis"])

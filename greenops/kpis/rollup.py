@@ -23,14 +23,13 @@ from django.db import transaction
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from greenops.kpis import metrics
+from greenops.kpis import job_accounting, metrics
 from greenops.kpis.measure import Factors, add_inference, cached_factors, measure_gpus
 from greenops.kpis.models import InferenceBatch, InferenceWindow, KpiRollup, Period, RollupCursor
 from greenops.teams.models import Team
 from greenops.telemetry import late
 from greenops.telemetry.models import Gpu, LateHour
 from greenops.windows import floor_day, floor_hour
-from greenops.workloads import jobs
 from greenops.workloads.models import Workload, WorkloadKind
 
 HOUR = dt.timedelta(hours=1)
@@ -189,9 +188,9 @@ def run(now: dt.datetime | None = None, lookback_h: int = late.LOOKBACK_HOURS,
         done += len(hours)
     if newest is not None and (cursor is None or newest > cursor.position):
         RollupCursor.objects.update_or_create(name=CURSOR, defaults={"position": newest})
-    accounted = jobs.refresh_recent(now, now - first, factors)
+    accounted = job_accounting.refresh_recent(now, now - first, factors)
     for _, team_id, hour in late_rows:
-        accounted += jobs.refresh_overlapping(team_id, hour, hour + HOUR, now, factors)
+        accounted += job_accounting.refresh_overlapping(team_id, hour, hour + HOUR, now, factors)
     # Only now: a run that failed half-way leaves the marks for the next one.
     LateHour.objects.filter(id__in=[row[0] for row in late_rows]).delete()
     RollupCursor.objects.update_or_create(name=RUN_CURSOR, defaults={"position": now})

@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from greenops import windows
-from greenops.kpis import figures, queries
+from greenops.kpis import kpi_charts, queries
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 from greenops.workloads import jobs
@@ -42,7 +42,7 @@ def overview(request: HttpRequest, team: Team) -> HttpResponse:
     return render(request, "kpis/overview.html", {
         "team": team, "ov": ov, "cards": _cards(ov), "range_key": key, "ranges": queries.RANGES,
         "workloads": queries.workload_table(team, key), "series": s,
-        "figures": {"energy": figures.energy(s)},
+        "figures": {"energy": kpi_charts.energy(s)},
         "jobs": TrainingJob.objects.filter(team=team).select_related("workload")[:20],
     })
 
@@ -53,10 +53,10 @@ def workload(request: HttpRequest, team: Team, workload_slug: str) -> HttpRespon
     key = windows.range_from_request(request, queries.RANGES)
     ov = queries.overview(team, wl, key)
     s = queries.series(team, wl, key)
-    figs = {"energy": figures.energy(s)}
+    figs = {"energy": kpi_charts.energy(s)}
     if wl.kind != WorkloadKind.TRAINING:
-        figs.update(epi=figures.energy_per_inference(s), latency=figures.latency_vs_energy(s),
-                    throughput=figures.throughput(s))
+        figs.update(epi=kpi_charts.energy_per_inference(s), latency=kpi_charts.latency_vs_energy(s),
+                    throughput=kpi_charts.throughput(s))
     return render(request, "kpis/workload.html", {
         "team": team, "workload": wl, "ov": ov, "cards": _cards(ov), "range_key": key,
         "ranges": queries.RANGES, "series": s,

@@ -9,8 +9,8 @@ from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops.reports import generate
-from greenops.reports.figures import Month
 from greenops.reports.models import Report, Trigger
+from greenops.reports.month_figures import Month
 from greenops.reports.views import status_dict
 from greenops.teams.permissions import authorize_api
 

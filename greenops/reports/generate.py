@@ -19,9 +19,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from greenops.reports import csv_writer, figures, pdf_writer, present
-from greenops.reports.figures import Month
+from greenops.reports import csv_writer, month_figures, pdf_writer, present
 from greenops.reports.models import Report, Status, Subscription, Trigger
+from greenops.reports.month_figures import Month
 from greenops.teams.models import Team
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def request(team: Team, month: Month, trigger: str = Trigger.PAGE, user=None,
         if active is not None:
             return active
         report = Report.objects.create(team=team, month=month.first_day, trigger=trigger,
-                                       time_zone=figures.team_zone_name(team),
+                                       time_zone=month_figures.team_zone_name(team),
                                        requested_by=user if user and user.is_authenticated
                                        else None, stage="queued")
         if enqueue:
@@ -77,7 +77,7 @@ def run(report_id: int, now: dt.datetime | None = None) -> Report | None:
         return None
     report = Report.objects.select_related("team").get(id=report_id)
     try:
-        fig = _jsonable(figures.month_figures(report.team, Month.of(report.month), now,
+        fig = _jsonable(month_figures.month_figures(report.team, Month.of(report.month), now,
                                               progress=report.set_progress,
                                               zone=report.time_zone))
         report.set_progress(80, "writing CSV and PDF")
@@ -101,7 +101,7 @@ def _store(report: Report, fig: dict, finished: Callable[[], dt.datetime]) -> bo
         Team.objects.select_for_update().filter(id=report.team_id).first()
         latest = (Report.objects.revisions().filter(team=report.team_id, month=report.month)
                   .order_by("-revision").first())
-        diff = figures.difference(latest.figures, fig) if latest is not None else None
+        diff = month_figures.difference(latest.figures, fig) if latest is not None else None
         report.figures = fig
         report.closed = bool(fig["closed"])
         report.status, report.progress_pct, report.finished_at = Status.DONE, 100, finished()
@@ -195,7 +195,7 @@ def _due(team: Team, month: Month, now: dt.datetime, first: bool = True) -> bool
     period, then once a day for REPORTS_RECHECK_DAYS after that first report, so late data
     (an agent replaying its spool) becomes a visible new revision instead of going unseen."""
     grace = dt.timedelta(hours=settings.REPORTS_GRACE_HOURS)
-    if figures.month_window(team, month)[1] + grace > now:
+    if month_figures.month_window(team, month)[1] + grace > now:
         return False
     reports = Report.objects.filter(team=team, month=month.first_day)
     if reports.filter(status__in=[Status.PENDING, Status.RUNNING]).exists():
@@ -220,7 +220,7 @@ def due_months(now: dt.datetime | None = None) -> list[tuple[Team, Month]]:
     now = now or timezone.now()
     out = []
     for team in Team.objects.filter(hosts__isnull=False).distinct():
-        previous = figures.current_month(team, now).previous()
+        previous = month_figures.current_month(team, now).previous()
         if _due(team, previous.previous(), now, first=False):
             out.append((team, previous.previous()))
         if _due(team, previous, now):

@@ -20,10 +20,10 @@ from reportlab.platypus import (
     TableStyle,
 )
 
-from greenops import charts
+from greenops import chart_style
 from greenops.reports import present
 
-GREEN = colors.HexColor(charts.colour(0))  # the house chart colour (greenops/charts.py)
+GREEN = colors.HexColor(chart_style.colour(0))  # the house chart colour (greenops/chart_style.py)
 GREY = colors.HexColor("#f1f3f2")
 PAGE = landscape(A4)
 

@@ -13,8 +13,8 @@ from django.views.decorators.http import require_POST
 
 from greenops.errors import FieldError
 from greenops.reports import generate, present
-from greenops.reports.figures import Month, current_month, month_window
 from greenops.reports.models import Report, Status, Subscription, Trigger
+from greenops.reports.month_figures import Month, current_month, month_window
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 

@@ -8,6 +8,7 @@ rejection instead of ninja's bare {"detail": "Unauthorized"}.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.http import HttpRequest
@@ -43,18 +44,21 @@ def bearer_token(request: HttpRequest) -> str | None:
     return header[len("Bearer "):].strip() or None
 
 
-def caller_for_token(token: str | None, *, allow_host: bool) -> Caller:
-    """Resolve a plaintext token to its team, or raise a 401 FieldError."""
+# Finds the host a plaintext token belongs to (greenops.telemetry.host_auth.host_by_token), or
+# None. Passed in, because hosts belong to telemetry, which sits above teams.
+HostLookup = Callable[[str], object | None]
+
+
+def caller_for_token(token: str | None, *, host_lookup: HostLookup | None) -> Caller:
+    """Resolve a plaintext token to its team, or raise a 401 FieldError. With `host_lookup`, a
+    host's token is accepted too and acts for the host's team."""
     if not token:
         raise _unauthorized("send a team API token as 'Authorization: Bearer <token>'")
     row = api_token_for(token)
     if row is not None:
         return Caller(team=row.team, api_token=row)
-    if allow_host:
-        from greenops.telemetry.models import Host
-        from greenops.tokens import hash_token
-
-        host = Host.objects.filter(token_hash=hash_token(token)).select_related("team").first()
+    if host_lookup is not None:
+        host = host_lookup(token)
         if host is not None:
             return Caller(team=host.team, host=host)
     raise _unauthorized("unknown or revoked token")
@@ -63,17 +67,17 @@ def caller_for_token(token: str | None, *, allow_host: bool) -> Caller:
 class TeamTokenAuth(HttpBearer):
     """`auth=TeamTokenAuth()` on a ninja operation: request.auth becomes a Caller."""
 
-    def __init__(self, allow_host: bool = False) -> None:
+    def __init__(self, host_lookup: HostLookup | None = None) -> None:
         super().__init__()
-        self.allow_host = allow_host
+        self.host_lookup = host_lookup
 
     def __call__(self, request: HttpRequest) -> Caller:
         # Overridden so a missing header is a house-style 401 too, not ninja's default body.
-        return caller_for_token(bearer_token(request), allow_host=self.allow_host)
+        return caller_for_token(bearer_token(request), host_lookup=self.host_lookup)
 
     def authenticate(self, request: HttpRequest, token: str) -> Caller:
-        return caller_for_token(token, allow_host=self.allow_host)
+        return caller_for_token(token, host_lookup=self.host_lookup)
 
 
 team_token_auth = TeamTokenAuth()
-team_or_host_token_auth = TeamTokenAuth(allow_host=True)
+# team_or_host_token_auth (a team's or a host's token) lives in greenops.telemetry.host_auth.

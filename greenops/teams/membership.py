@@ -8,6 +8,7 @@ from django.utils.text import slugify
 from greenops import windows
 from greenops.teams import audit
 from greenops.teams.models import AuditEvent, Membership, Role, Team
+from greenops.teams.signals import team_deleting
 
 
 class MembershipError(ValueError):
@@ -105,14 +106,11 @@ def delete_team(team: Team, actor, *, confirm: str) -> None:
     """Delete the team and everything in it: hosts with all their samples and rollups,
     workloads, tokens, invitations, its audit log. `confirm` must be the team's exact name, so
     a slip of the mouse cannot do it. One audit row (with no team) records the deletion."""
-    # Lazily: telemetry's models depend on teams', not the other way round.
-    from greenops.telemetry.models import delete_measurements
-
     if confirm.strip() != team.name:
         raise MembershipError(f"type the team's name ({team.name}) exactly to delete it")
-    # Samples and rollups do not cascade (no database foreign key): the same path as deleting
-    # one host's history.
-    samples = delete_measurements(team.hosts.all())
+    # Samples and rollups do not cascade (no database foreign key): telemetry's receiver takes
+    # the same path as deleting one host's history (telemetry sits above teams, so a signal).
+    samples = sum(deleted for _receiver, deleted in team_deleting.send(sender=Team, team=team))
     detail = {"slug": team.slug, "team_id": team.id, "hosts": team.hosts.count(),
               "members": team.memberships.count(), "samples": samples}
     name = team.name

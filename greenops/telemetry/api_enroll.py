@@ -13,8 +13,8 @@ from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops import ratelimit
-from greenops.api.body import declared_body, json_body
 from greenops.errors import FieldError
+from greenops.request_body import declared_body, json_body
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import enrollment
 from greenops.telemetry.host_auth import host_token

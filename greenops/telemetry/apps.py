@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class TelemetryConfig(AppConfig):
@@ -6,8 +7,7 @@ class TelemetryConfig(AppConfig):
     label = "telemetry"
 
     def ready(self) -> None:
-        from django.core import checks
-
+        # partitions imports this app's models, which need the app registry ready
         from greenops.telemetry.partitions import check_settings
 
         checks.register(check_settings)

@@ -15,7 +15,7 @@ import numpy as np
 from django.db import connection
 from django.utils import timezone
 
-from greenops.charts import MAX_POINTS
+from greenops.chart_style import MAX_POINTS
 from greenops.teams.models import Team
 from greenops.telemetry import store
 from greenops.telemetry.models import ROLLUPS, FleetBucket, FleetFill, Gpu, Host

@@ -35,7 +35,7 @@ import numpy as np
 from django.db import connection, transaction
 from django.utils import timezone
 
-from greenops.charts import MAX_POINTS
+from greenops.chart_style import MAX_POINTS
 from greenops.teams.models import Team
 from greenops.telemetry import late, store
 from greenops.telemetry.fleet import bucket_figures, display_step_s

@@ -7,8 +7,10 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
+from greenops.teams.auth import TeamTokenAuth
 from greenops.telemetry import ingest
 from greenops.telemetry.models import Host
+from greenops.tokens import hash_token
 
 
 class HostToken(HttpBearer):
@@ -35,3 +37,13 @@ host_token = HostToken()
 # (ingest.samples_auth), which the statement storing the batch checks again. Same class, so the
 # OpenAPI schema names the same `HostToken` scheme.
 host_token_for_samples = HostToken(lean=True)
+
+
+def host_by_token(token: str) -> Host | None:
+    """The host whose token this is (revoked tokens no longer match), with its team."""
+    return Host.objects.filter(token_hash=hash_token(token)).select_related("team").first()
+
+
+# Endpoints an application or the host agent calls: request.auth is a teams.auth.Caller for the
+# team, or for the host's team when a host token was sent.
+team_or_host_token_auth = TeamTokenAuth(host_lookup=host_by_token)

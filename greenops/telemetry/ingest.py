@@ -18,8 +18,8 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from greenops.api.body import parse_body
 from greenops.errors import FieldError, invalid
+from greenops.request_body import decode_body, parse_body, parse_json
 from greenops.telemetry import late, store, wire
 from greenops.telemetry.models import Gpu, Host, IngestBatch
 from greenops.tokens import hash_token
@@ -371,8 +371,8 @@ def process_batch(batch_id: str) -> int | None:
         if row is None:  # done already, or another worker holds it right now
             return None
         try:
-            doc = wire.parse_json(
-                wire.decode_body(bytes(row.payload), row.gzip_encoded, 1 << 40)
+            doc = parse_json(
+                decode_body(bytes(row.payload), row.gzip_encoded, 1 << 40)
             )
             batch = _parse_stored(doc)
             gpu_ids = known_gpus(row.host_id)
@@ -516,7 +516,7 @@ def _store_group(mine: uuid.UUID | None) -> tuple[int | None, int, bool]:
         parts, stored, failed = [], [], []
         for batch_uuid, host_id, payload, gzip_encoded, _, _ in claimed:
             try:
-                doc = wire.parse_json(wire.decode_body(bytes(payload), gzip_encoded, 1 << 40))
+                doc = parse_json(decode_body(bytes(payload), gzip_encoded, 1 << 40))
                 batch = _parse_stored(doc)
                 gpu_ids = gpus.get(host_id, {})
                 wire.check_gpu_indices(batch, set(gpu_ids))  # a GPU may have gone since

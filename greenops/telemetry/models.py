@@ -13,6 +13,7 @@ from django.db import models
 from django.utils import timezone
 
 from greenops.teams.models import Team
+from greenops.teams.signals import team_deleting
 from greenops.tokens import hash_token, new_token
 
 TOKEN_PREFIX = "gho_"
@@ -263,6 +264,39 @@ def delete_measurements(hosts: models.QuerySet) -> int:
     for model in ROLLUPS.values():
         model.objects.filter(gpu_id__in=gpu_ids).delete()
     return deleted
+
+
+def _delete_team_measurements(sender, team: Team, **kwargs) -> int:
+    """teams.membership.delete_team: the team's hosts' samples and rollups."""
+    return delete_measurements(team.hosts.all())
+
+
+team_deleting.connect(_delete_team_measurements, dispatch_uid="telemetry-delete-team")
+
+
+# --- Host CPU and RAM energy (codecarbon on the agent), per hour -------------------------------
+
+MIXED = "mixed"
+
+
+class HostEnergyHour(models.Model):
+    """Host CPU and RAM energy per hour, rolled up by greenops.carbon.host_energy from the
+    agent's HostEnergySample rows. Methods say how the figures were obtained ("rapl", "tdp",
+    "constant", ...); "mixed" when the hour's samples disagree. Here rather than in carbon
+    because greenops.energy (below carbon) reads it; the table keeps its first name."""
+
+    pk = models.CompositePrimaryKey("host_id", "bucket")
+    host = models.ForeignKey(Host, models.CASCADE, db_index=False, related_name="+")
+    bucket = models.DateTimeField()  # hour start, UTC
+    cpu_energy_j = models.FloatField(default=0)
+    ram_energy_j = models.FloatField(default=0)
+    cpu_method = models.CharField(max_length=16)
+    ram_method = models.CharField(max_length=16)
+    samples = models.IntegerField(default=0)
+    simulated_samples = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "carbon_hostenergyhour"  # created by carbon's 0001; moved in state only
 
 
 # --- Host activity (issue 14): what the host around the GPUs is doing ------------------------

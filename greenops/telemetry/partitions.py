@@ -38,8 +38,13 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core import checks
 from django.db import connection, transaction
 from django.utils import timezone
+
+from greenops.request_body import decode_body, parse_json
+from greenops.telemetry import wire
+from greenops.telemetry.models import GpuMinute, GpuSample, IngestBatch, LateHour, RetentionMark
 
 log = logging.getLogger(__name__)
 
@@ -132,15 +137,11 @@ def _columns(table: str, cursor) -> list[str]:
 # --- The horizon below which rows are refused -----------------------------------------------
 
 def horizon(spec: Spec) -> dt.datetime | None:
-    from greenops.telemetry.models import RetentionMark
-
     mark = RetentionMark.objects.filter(table_name=spec.table).first()
     return mark.dropped_before if mark else None
 
 
 def _set_horizon(spec: Spec, before: dt.datetime) -> None:
-    from greenops.telemetry.models import RetentionMark
-
     mark, _ = RetentionMark.objects.get_or_create(table_name=spec.table)
     if mark.dropped_before is None or mark.dropped_before < before:
         mark.dropped_before = before
@@ -148,8 +149,6 @@ def _set_horizon(spec: Spec, before: dt.datetime) -> None:
 
 
 def _note(spec: Spec, status: str, now: dt.datetime) -> None:
-    from greenops.telemetry.models import RetentionMark
-
     RetentionMark.objects.update_or_create(table_name=spec.table,
                                            defaults={"status": status, "checked_at": now})
 
@@ -331,9 +330,6 @@ def _create(spec: Spec, starts: set[dt.datetime]) -> list[str]:
 def _pending_oldest_us() -> tuple[int | None, int]:
     """The oldest sample timestamp (µs) held by accepted batches not yet stored, and how many
     such batches there are; (None, n) when there are too many to read."""
-    from greenops.telemetry import wire
-    from greenops.telemetry.models import IngestBatch
-
     pending = IngestBatch.objects.filter(status=IngestBatch.Status.PENDING)
     n = pending.count()
     if n == 0 or n > MAX_PENDING_TO_READ:
@@ -341,7 +337,7 @@ def _pending_oldest_us() -> tuple[int | None, int]:
     oldest = None
     for payload, gz in pending.values_list("payload", "gzip_encoded").iterator(chunk_size=100):
         try:
-            doc = wire.parse_json(wire.decode_body(bytes(payload), gz, 1 << 40))
+            doc = parse_json(decode_body(bytes(payload), gz, 1 << 40))
             batch = wire.parse_batch(doc, now_s=time.time(), max_samples=1 << 40,
                                      max_future_s=float("inf"), max_age_s=float("inf"))
         except Exception:  # the worker will mark it failed; it holds nothing to store
@@ -373,8 +369,6 @@ def _unrolled(spec: Spec, lo: dt.datetime | None, hi: dt.datetime) -> int:
 def refusal(spec: Spec, lo: dt.datetime | None, hi: dt.datetime,
             pending: tuple[int | None, int]) -> str:
     """Why the rows of [lo, hi) must not be dropped yet, or '' when they may."""
-    from greenops.telemetry.models import LateHour
-
     oldest_us, n_pending = pending
     if n_pending > MAX_PENDING_TO_READ:
         return f"{n_pending} accepted batches are not stored yet; waiting for the backlog"
@@ -443,8 +437,6 @@ def _drop_partitions(spec: Spec, expired_before: dt.datetime, pending) -> dict:
 
 def _delete_by_age(spec: Spec, cutoff: dt.datetime, pending) -> dict:
     """SQLite: the embedded default holds a small fleet; a DELETE by age is fine there."""
-    from greenops.telemetry.models import GpuMinute, GpuSample
-
     model = GpuSample if spec is RAW else GpuMinute
     field = spec.column
     if not model.objects.filter(**{f"{field}__lt": cutoff}).exists():
@@ -463,11 +455,9 @@ def _delete_by_age(spec: Spec, cutoff: dt.datetime, pending) -> dict:
 def check_settings(app_configs=None, **kwargs) -> list:
     """System check: raw samples kept for less time than the API accepts them means late
     samples (an agent replaying its spool) between the two ages are refused on arrival."""
-    from django.core.checks import Warning
-
     days = settings.RETAIN_RAW_SAMPLES_DAYS
     if days > 0 and days * 86400 < settings.INGEST_MAX_AGE_S:
-        return [Warning(
+        return [checks.Warning(
             f"GREENOPS_RETAIN_RAW_DAYS={days} is shorter than INGEST_MAX_AGE_S "
             f"({settings.INGEST_MAX_AGE_S / 86400:g} days)",
             hint="samples older than the dropped days are accepted by the API but not stored; "

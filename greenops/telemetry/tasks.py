@@ -9,7 +9,8 @@ from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from greenops.beat import single_flight
-from greenops.telemetry import ingest
+from greenops.telemetry import ingest, partitions
+from greenops.telemetry.models import IngestBatch
 
 
 @shared_task(
@@ -40,8 +41,6 @@ def process_pending_batches(older_than_s: int = 60, limit: int = 500) -> int:
 @single_flight
 def prune_batches(keep_days: int = 14) -> int:
     """Processed batch rows only serve replay detection; an agent never resends after days."""
-    from greenops.telemetry.models import IngestBatch
-
     cutoff = timezone.now() - dt.timedelta(days=keep_days)
     with transaction.atomic():
         deleted, _ = IngestBatch.objects.filter(
@@ -56,8 +55,6 @@ def prune_batches(keep_days: int = 14) -> int:
 def create_partitions() -> dict:
     """Partitions for the current and next days/weeks, and for periods only the default
     partition holds (greenops.telemetry.partitions)."""
-    from greenops.telemetry import partitions
-
     return partitions.create_ahead()
 
 
@@ -66,6 +63,4 @@ def create_partitions() -> dict:
 def apply_retention() -> dict:
     """Drop raw-sample days and minute-rollup weeks past their retention, a partition at a time,
     never one whose data is not rolled up yet (the refusal is logged and kept per table)."""
-    from greenops.telemetry import partitions
-
     return partitions.apply_retention()

@@ -8,14 +8,11 @@ with PostgreSQL COPY. Everything here is pure: no database, no HTTP.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import uuid
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
-import orjson
 
 from greenops.errors import FieldError, invalid
 
@@ -68,69 +65,6 @@ class Batch:
     energy_method: np.ndarray  # int16, 0 where null
     throttle_reasons: np.ndarray  # int64, 0 where null (an absent column: all null)
     throttle_null: np.ndarray  # bool
-
-
-def decode_body(body: bytes, gzip_encoded: bool, max_bytes: int) -> bytes:
-    if not gzip_encoded:
-        if len(body) > max_bytes:
-            raise FieldError(413, "too_large", None, f"body is larger than {max_bytes} bytes")
-        return body
-    # Decompress incrementally so a gzip bomb cannot allocate more than the limit.
-    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = d.decompress(body, max_bytes + 1)
-    except zlib.error as exc:
-        raise FieldError(400, "bad_encoding", None, f"body is not valid gzip: {exc}") from None
-    if len(out) > max_bytes or d.unconsumed_tail:
-        raise FieldError(
-            413, "too_large", None, f"decompressed body is larger than {max_bytes} bytes"
-        )
-    if not d.eof:
-        raise FieldError(400, "bad_encoding", None, "gzip body is truncated")
-    return out
-
-
-class _NonFinite:
-    """Stands in for NaN/Infinity literals so the bad value can be located by path."""
-
-
-def _find_non_finite(node, path: str) -> str | None:
-    if isinstance(node, _NonFinite) or (isinstance(node, float) and not math.isfinite(node)):
-        return path
-    if isinstance(node, dict):
-        for key, value in node.items():
-            found = _find_non_finite(value, f"{path}.{key}" if path else str(key))
-            if found:
-                return found
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            found = _find_non_finite(value, f"{path}[{i}]")
-            if found:
-                return found
-    return None
-
-
-def parse_json(raw: bytes):
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        # orjson is strict: NaN/Infinity are not JSON. Python's parser accepts them, which lets
-        # the error name the field that carried one (slow path, errors only).
-        try:
-            doc = json.loads(raw, parse_constant=lambda _c: _NonFinite())
-            where = _find_non_finite(doc, "")
-        except (ValueError, UnicodeDecodeError):
-            raise FieldError(
-                400, "malformed_json", None, f"body is not valid JSON: {exc}"
-            ) from None
-        except RecursionError:
-            # orjson stops at 1,024 levels; Python's parser would recurse until the interpreter
-            # gives up. No document GreenOps accepts is nested more than a few levels.
-            raise FieldError(400, "malformed_json", None,
-                             "body is not valid JSON: nested too deeply") from None
-        if where:
-            raise invalid(where, "NaN and infinities are not allowed") from None
-        raise FieldError(400, "malformed_json", None, f"body is not valid JSON: {exc}") from None
 
 
 def _first_bad(values: list, ok) -> int:

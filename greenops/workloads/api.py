@@ -11,12 +11,12 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.api.body import declared_body, json_body
 from greenops.errors import invalid
+from greenops.request_body import declared_body, json_body
 from greenops.teams import audit
-from greenops.teams.auth import team_or_host_token_auth
 from greenops.teams.models import AuditEvent
 from greenops.teams.permissions import authorize_api
+from greenops.telemetry.host_auth import team_or_host_token_auth
 from greenops.telemetry.models import Gpu
 from greenops.workloads import jobs
 from greenops.workloads.forms import WorkloadForm, first_error

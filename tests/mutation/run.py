@@ -56,6 +56,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
              ["tests/test_ingest_api.py", "tests/test_ingest_fast_paths.py",
               "tests/test_ingest_raw_samples.py", "tests/test_hostile_bodies.py",
               "tests/test_non_finite_intakes.py", "tests/test_ingest_wire_edges.py"]),
+    # decode_body and parse_json, which were wire.py's until they moved beside parse_body
+    "body": ("greenops/request_body.py",
+             ["tests/test_hostile_bodies.py", "tests/test_non_finite_intakes.py",
+              "tests/test_ingest_wire_edges.py"]),
     "carbon-accounting": ("greenops/carbon/accounting.py",
                           ["tests/test_carbon_accounting.py", "tests/test_kpis_measure.py",
                            "tests/test_carbon_of_hours.py", "tests/test_carbon_history.py"]),

@@ -12,8 +12,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from greenops.errors import FieldError
 from greenops.reports import generate
-from greenops.reports.figures import Month, current_month
 from greenops.reports.models import Status, Trigger
+from greenops.reports.month_figures import Month, current_month
 from greenops.teams.models import Team
 
 BAR_WIDTH = 30

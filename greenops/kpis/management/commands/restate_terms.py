@@ -17,9 +17,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
-from greenops import restate
 from greenops.costs.models import HostTermsPeriod
-from greenops.kpis import rollup
+from greenops.kpis import restate, rollup
 from greenops.teams import audit
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from greenops import restate
 from greenops.carbon.accounting import restate_factors
-from greenops.kpis import rollup
+from greenops.kpis import restate, rollup
 from greenops.teams import audit
 
 
