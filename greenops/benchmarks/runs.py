@@ -109,13 +109,14 @@ def _check_interleaved(comparison: gate.Comparison, samples: list[BenchmarkSampl
         return  # compared with a stored run or a file: those repeats are not in this doc
 
     def values(role: str) -> dict[str, list[float | None]]:
-        return {k.key: [getattr(s, k.key) for s in samples if s.role == role]
-                for k in gate.KPIS}
+        side = sorted((s for s in samples if s.role == role), key=lambda s: s.index)
+        return {k.key: [getattr(s, k.key) for s in side] for k in gate.KPIS}
 
     tolerances = {r.kpi: r.tolerance_pct for r in comparison.rows}
     again = gate.compare(values("base"), values("head"), comparison.baseline, tolerances,
                          comparison.alpha,
-                         gate.estimated_kpis(s.energy_method or None for s in samples))
+                         gate.estimated_kpis(s.energy_method or None for s in samples),
+                         paired=comparison.paired, gated=comparison.gated_kpis)
     if [(r.kpi, r.verdict) for r in again.rows] != [(r.kpi, r.verdict) for r in
                                                       comparison.rows] \
             or again.verdict != comparison.verdict:
@@ -220,6 +221,7 @@ def baseline(team: Team, workload_slug: str, branch: str, hardware_key: str) -> 
         raise FieldError(404, "no_baseline", "hardware_key" if other else "branch", message)
     return {"id": run.id, "commit": run.commit, "branch": run.branch, "source": run.source,
             "hardware_key": run.hardware_key, "url": run_url(run),
+            "started_at": run.started_at.timestamp(), "settings": run.settings,
             "samples": [sample_dict(s) for s in run.samples.filter(role="head")]}
 
 
