@@ -34,7 +34,6 @@ import numpy as np
 
 from collectors import bench_gate as gate
 
-
 # The agent's defaults (collectors/bench.py): 10 pairs, 5 more at a time while undecided, 20 at
 # most.
 DEFAULT_PAIRS = 10
