@@ -73,6 +73,10 @@ def kpi_history(points: list[dict], kpi: gate.Kpi, steps: list[dict] | None = No
                        "hovertemplate": "%{text}<extra></extra>"})
     title = f"{kpi.label} ({kpi.unit})" + (" (incl. simulated)" if simulated else "")
     return {"data": traces, "layout": layout(
-        title, hovermode="closest", shapes=shapes, annotations=notes,
+        title, hovermode="closest", shapes=shapes, annotations=notes, height=400,
+        # Commit labels turn vertical on a phone: the legend sits at the chart's foot, below
+        # them, instead of on top of them.
+        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
+        margin={"l": 55, "r": 15, "t": 40, "b": 150},
         xaxis={"type": "category", "gridcolor": GRID_COLOUR, "automargin": True},
         yaxis=axis(kpi.unit, rangemode="tozero"))}
