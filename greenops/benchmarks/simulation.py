@@ -99,7 +99,8 @@ def simulate(change_pct: float, gates: int = 400, pairs: int = DEFAULT_PAIRS,
              tolerance_pct: float = 5.0, alpha: float = gate.DEFAULT_ALPHA) -> Rates:
     """How often the gate fails, is inconclusive or passes for a true change of
     ``change_pct`` % in energy per inference (SIMULATED runners, seeded). Like the agent, a
-    gate that is undecided after ``pairs`` pairs runs ``step`` more, up to ``max_pairs``."""
+    interleaved gate that is undecided after ``pairs`` pairs runs ``step`` more, up to
+    ``max_pairs`` (a stored baseline has the repeats it has)."""
     rng = np.random.default_rng(seed)
     base, head = simulated_sides(rng, gates, max(pairs, max_pairs), change_pct / 100.0,
                                  interleaved, noise)
@@ -111,7 +112,7 @@ def simulate(change_pct: float, gates: int = 400, pairs: int = DEFAULT_PAIRS,
         while True:
             result = gate.compare({key: b[:n]}, {key: h[:n]}, "simulated",
                                   {key: tolerance_pct}, alpha, paired=interleaved)
-            if n >= max_pairs or not gate.wants_more_pairs(result):
+            if n >= max_pairs or not interleaved or not gate.wants_more_pairs(result):
                 break
             n = min(max_pairs, n + step)
         counts[result.verdict] += 1
