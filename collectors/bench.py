@@ -14,12 +14,14 @@ The command sees GREENOPS_BENCH_RESULT (the ``--count-from`` path, removed befor
 so that a stale file is never read), GREENOPS_BENCH_ROLE (``base``/``head``),
 GREENOPS_BENCH_REPEAT (0, 1, ...) and GREENOPS_BENCH_WARMUP (``1`` for warm-up runs).
 
-Baselines, first match wins: ``--base-dir DIR`` runs the same command in a checkout of the
-merge base, interleaved with this run after the warm-ups (same runner, same job: the
-fairest comparison); ``--baseline FILE`` reads a run written earlier with ``--output``;
-``--baseline-branch BRANCH`` asks the server for the latest stored run of that branch on the
-same hardware. Exit codes: 0 pass (or no gate asked), 1 regression, 3 inconclusive (2 for
-usage errors, a failing command or an unreachable server). Nothing here imports Django.
+Baselines: ``--base-ref REF`` (the merge base of REF and HEAD, in a temporary git worktree) or
+``--base-dir DIR`` runs base and head alternately in pairs on this runner (AB BA AB ...: the
+fairest comparison, and the default of the CI files); ``--baseline FILE`` reads a run written
+earlier with ``--output``; ``--baseline-branch BRANCH`` asks the server for the latest stored
+run of that branch on the same hardware (with ``--base-ref``: only when interleaving is
+impossible). Exit codes: 0 pass (or no gate asked), 1 regression, 3 inconclusive, 4 no GPU with
+a gate asked, 2 usage errors or a failing command; a failed upload is spooled for the next run
+and never changes the exit code. Nothing here imports Django. See docs/ci-gate.md.
 """
 
 from __future__ import annotations
