@@ -39,6 +39,7 @@ bench: setup services
 	$(PY) bench/ingest
 	$(PY) bench/dashboard
 	$(PY) bench/agent
+	$(PY) bench/gate
 
 # Mutation testing of the accounting core (mutmut, one worker, module by module; NOT part of
 # `make test` or CI: it takes tens of minutes). `make mutate MODULES="store metrics"` for some;

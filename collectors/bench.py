@@ -14,12 +14,14 @@ The command sees GREENOPS_BENCH_RESULT (the ``--count-from`` path, removed befor
 so that a stale file is never read), GREENOPS_BENCH_ROLE (``base``/``head``),
 GREENOPS_BENCH_REPEAT (0, 1, ...) and GREENOPS_BENCH_WARMUP (``1`` for warm-up runs).
 
-Baselines, first match wins: ``--base-dir DIR`` runs the same command in a checkout of the
-merge base, interleaved with this run after the warm-ups (same runner, same job: the
-fairest comparison); ``--baseline FILE`` reads a run written earlier with ``--output``;
-``--baseline-branch BRANCH`` asks the server for the latest stored run of that branch on the
-same hardware. Exit codes: 0 pass (or no gate asked), 1 regression, 3 inconclusive (2 for
-usage errors, a failing command or an unreachable server). Nothing here imports Django.
+Baselines: ``--base-ref REF`` (the merge base of REF and HEAD, in a temporary git worktree) or
+``--base-dir DIR`` runs base and head alternately in pairs on this runner (AB BA AB ...: the
+fairest comparison, and the default of the CI files); ``--baseline FILE`` reads a run written
+earlier with ``--output``; ``--baseline-branch BRANCH`` asks the server for the latest stored
+run of that branch on the same hardware (with ``--base-ref``: only when interleaving is
+impossible). Exit codes: 0 pass (or no gate asked), 1 regression, 3 inconclusive, 4 no GPU with
+a gate asked, 2 usage errors or a failing command; a failed upload is spooled for the next run
+and never changes the exit code. Nothing here imports Django. See docs/ci-gate.md.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ import json
 import math
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -51,6 +55,10 @@ COMMANDS = ("bench",)
 RUNS_PATH = "/api/v1/benchmarks/runs"
 BASELINE_PATH = "/api/v1/benchmarks/baseline"
 EXIT_ERROR = 2
+EXIT_NO_GPU = gate.EXIT_CODES[gate.NO_GPU]
+DEFAULT_REPEAT = 10  # pairs; bench/gate measures what these defaults catch on a noisy runner
+DEFAULT_MAX_REPEAT = 20
+DEFAULT_REPEAT_STEP = 5
 SAMPLE_INTERVAL_S = 0.1  # NVML updates power about every 20-100 ms; finer is wasted calls
 MAX_GAP_S = 5.0  # a longer gap between two counter reads is not trusted (see energy.py)
 J_PER_KWH = 3.6e6
@@ -248,23 +256,31 @@ def run_once(settings: Settings, source: GpuSource, host_energy: Any | None, cwd
 
 def measure(settings: Settings, source: GpuSource, host_energy: Any | None, repeat: int,
             warmup: int, head_dir: Path, base_dir: Path | None = None,
-            log: Callable[[str], None] = lambda s: None) -> list[dict]:
-    """Warm up, then run the repeats; with ``base_dir``, base and head alternate."""
-    sides = [("base", base_dir), ("head", head_dir)] if base_dir is not None \
-        else [("head", head_dir)]
+            log: Callable[[str], None] = lambda s: None, first: int = 0) -> list[dict]:
+    """Warm up, then run the repeats. With ``base_dir`` base and head alternate in pairs,
+    pair i in the order base-head for even i and head-base for odd i (AB BA AB ...): a runner
+    that drifts one way during the job then favours neither side. ``first``: the index of
+    the first pair (more pairs after an undecided gate continue the numbering, no warm-up)."""
     for i in range(warmup):
-        for role, cwd in sides:
+        for role, cwd in _order(i, head_dir, base_dir):
             log(f"warm-up {i + 1}/{warmup} ({role})")
             run_once(settings, source, host_energy, cwd, role, i, warmup=True)
     samples = []
-    for i in range(repeat):
-        for role, cwd in sides:
+    for i in range(first, first + repeat):
+        for role, cwd in _order(i, head_dir, base_dir):
             s = run_once(settings, source, host_energy, cwd, role, i)
-            log(f"repeat {i + 1}/{repeat} ({role}): {s['wall_s']:.2f} s, "
+            log(f"repeat {i + 1}/{first + repeat} ({role}): {s['wall_s']:.2f} s, "
                 f"GPU {_fmt(s['gpu_energy_j'], 'J')}, "
                 f"{_fmt(s['energy_per_inference_j'], 'J/inference', 4)}")
             samples.append(s)
     return samples
+
+
+def _order(i: int, head_dir: Path, base_dir: Path | None) -> list[tuple[str, Path]]:
+    if base_dir is None:
+        return [("head", head_dir)]
+    pair = [("base", base_dir), ("head", head_dir)]
+    return pair if i % 2 == 0 else pair[::-1]
 
 
 def _fmt(value: float | None, unit: str, digits: int = 1) -> str:
@@ -316,7 +332,9 @@ def git_info(cwd: Path, commit: str | None, branch: str | None) -> tuple[str, st
 
 
 def kpi_values(samples: Sequence[dict], role: str) -> dict[str, list[float | None]]:
-    return {k.key: [s.get(k.key) for s in samples if s["role"] == role] for k in gate.KPIS}
+    """Per KPI, one value per repeat of ``role`` in repeat order (pair i is index i)."""
+    rows = sorted((s for s in samples if s["role"] == role), key=lambda s: s["index"])
+    return {k.key: [s.get(k.key) for s in rows] for k in gate.KPIS}
 
 
 @dataclass
@@ -327,27 +345,95 @@ class Baseline:
     simulated: bool = False
     missing: str = ""  # why there is none, when there is none
     commit: str = ""
+    settings: dict | None = None  # a stored run's settings; None: measured in this very job
+    interleaved: bool = False  # measured alongside, in pairs (else: at another time)
+
+
+# A setting that differs between a stored baseline and this run: the flag, and the KPIs it
+# makes incomparable (the others are still compared).
+SETTING_EFFECTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "usd_per_hour": ("--usd-per-hour", ("cost_per_1k_usd",)),
+    "count": ("--count", ("throughput_per_s",)),
+    "pue": ("--pue", ()),
+    "grid_intensity_g_per_kwh": ("--grid-intensity", ()),
+}
+
+
+def _setting(value: object) -> str:
+    return "not given" if value is None else f"{value:g}" if isinstance(value, float) \
+        else str(value)
+
+
+def differing_settings(base: dict | None, head: dict) -> tuple[dict[str, str], list[str]]:
+    """The KPIs that settings differing between the sides make incomparable (with the
+    reason), and one note per differing setting."""
+    excluded: dict[str, str] = {}
+    notes: list[str] = []
+    if base is None:
+        return excluded, notes
+    for key, (flag, kpis) in SETTING_EFFECTS.items():
+        b, h = base.get(key), head.get(key)
+        if b == h:
+            continue
+        what = f"{flag} differs (baseline: {_setting(b)}; this run: {_setting(h)})"
+        labels = [gate.KPI_BY_KEY[k].label for k in kpis]
+        notes.append(f"Settings differ: {what}; "
+                     + (f"{', '.join(labels)} not compared." if labels
+                        else "only carbon is affected, and it is not gated."))
+        for k in kpis:
+            excluded[k] = what
+    return excluded, notes
 
 
 def gate_run(doc: dict, baseline: Baseline, tolerances: dict[str, float],
-             alpha: float) -> gate.Comparison:
+             alpha: float, gated: Sequence[str] = (gate.PRIMARY,)) -> gate.Comparison:
     head = kpi_values(doc["samples"], "head")
+
+    def undecided(reason: str) -> gate.Comparison:
+        result = gate.all_inconclusive(reason, baseline.description, alpha, head, gated=gated)
+        result.crosses_time = not baseline.interleaved and not baseline.missing
+        return result
+
     if doc["source"] == "simulated":
-        return gate.all_inconclusive("simulated GPUs: a simulated run is never gated",
-                                     baseline.description, alpha, head)
+        return undecided("simulated GPUs: a simulated run is never gated")
     if baseline.missing:
-        return gate.all_inconclusive(baseline.missing, baseline.description, alpha, head)
+        return undecided(baseline.missing)
     if baseline.simulated:
-        return gate.all_inconclusive("the baseline run is simulated: never gated on",
-                                     baseline.description, alpha, head)
+        return undecided("the baseline run is simulated: never gated on")
     if baseline.hardware_key is not None and baseline.hardware_key != doc["hardware_key"]:
-        reason = (f"hardware changed (baseline: {baseline.hardware_key}; this run: "
-                  f"{doc['hardware_key']}): this run starts a new baseline")
-        return gate.all_inconclusive(reason, baseline.description, alpha, head)
+        return undecided(f"hardware changed (baseline: {baseline.hardware_key}; this run: "
+                         f"{doc['hardware_key']}): this run starts a new baseline")
     base = kpi_values(baseline.samples, "base")
     methods = [s.get("energy_method") for s in [*doc["samples"], *baseline.samples]]
-    return gate.compare(base, head, baseline.description, tolerances, alpha,
-                        gate.estimated_kpis(methods))
+    excluded = gate.estimated_kpis(methods)
+    differ, notes = differing_settings(baseline.settings, doc.get("settings") or {})
+    for key, reason in differ.items():
+        excluded.setdefault(key, reason)
+    result = gate.compare(base, head, baseline.description, tolerances, alpha, excluded,
+                          paired=baseline.interleaved, gated=gated,
+                          crosses_time=not baseline.interleaved)
+    result.notes.extend(notes)
+    return result
+
+
+def _measured(started_at: object) -> str:
+    if not isinstance(started_at, int | float):
+        return ""
+    return time.strftime(", measured %Y-%m-%d %H:%M UTC", time.gmtime(started_at))
+
+
+def describe_stored(branch: str | None, commit: str | None, where: str,
+                    started_at: object = None) -> str:
+    """A stored baseline in words, saying plainly what is not known (never "?")."""
+    if commit and branch:
+        what = f"{branch} @ {commit[:12]}"
+    elif commit:
+        what = f"commit {commit[:12]}"
+    elif branch:
+        what = f"{branch} (commit not recorded)"
+    else:
+        what = "a run with no commit or branch recorded"
+    return f"{what} ({where}{_measured(started_at)})"
 
 
 def baseline_from_file(path: Path) -> Baseline:
@@ -360,10 +446,72 @@ def baseline_from_file(path: Path) -> Baseline:
         raise BenchError(f"--baseline {path}: not a run file ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("samples"), list):
         raise BenchError(f"--baseline {path}: not a run file written by --output")
-    commit = doc.get("commit") or "?"
     samples = [dict(s, role="base") for s in doc["samples"] if s.get("role") == "head"]
-    return Baseline(f"{doc.get('branch') or '?'} @ {commit[:12]} (file {path})", samples,
-                    doc.get("hardware_key"), doc.get("source") == "simulated", commit=commit)
+    return Baseline(describe_stored(doc.get("branch"), doc.get("commit"), f"file {path}",
+                                    doc.get("started_at")),
+                    samples, doc.get("hardware_key"), doc.get("source") == "simulated",
+                    commit=doc.get("commit") or "", settings=doc.get("settings") or {})
+
+
+def merge_base_description(commit: str | None, base_dir: Path) -> str:
+    what = f"merge base {commit[:12]}" if commit else \
+        f"{base_dir} (not a git checkout: commit unknown)"
+    return f"{what}, interleaved with this run on this runner"
+
+
+class BenchSpool:
+    """Runs the server did not take (unreachable, 5xx): one JSON file per run, sent again by
+    the next ``bench`` with a server. The server stores a run_id once, so a resend is safe."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @staticmethod
+    def default() -> Path:
+        if env := os.environ.get("GREENOPS_BENCH_SPOOL"):
+            return Path(env)
+        state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+        return Path(state) / "greenops-agent" / "bench-spool"
+
+    def put(self, doc: dict) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{doc['run_id']}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, path)
+        return path
+
+    def pending(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(self.directory.glob("*.json"), key=lambda p: p.stat().st_mtime)
+
+    def flush(self, server: Server, warn: Callable[[str], None]) -> int:
+        """Send what is spooled; keep what still cannot be sent. Returns how many were sent."""
+        sent = 0
+        for path in self.pending():
+            try:
+                doc = json.loads(path.read_text())
+                server.post_run(doc)
+            except ValueError:
+                warn(f"spooled run {path.name} is not JSON: set aside as {path.name}.bad")
+                path.rename(path.with_name(path.name + ".bad"))
+                continue
+            except UploadRefused as exc:
+                warn(f"spooled run {path.name} refused for good ({exc}): set aside as "
+                     f"{path.name}.refused")
+                path.rename(path.with_name(path.name + ".refused"))
+                continue
+            except BenchError as exc:
+                warn(f"spooled runs kept for the next run: {exc}")
+                break
+            path.unlink()
+            sent += 1
+        return sent
+
+
+class UploadRefused(BenchError):
+    """The server answered and refused the run (4xx): resending it will not help."""
 
 
 class Server:
@@ -394,24 +542,30 @@ class Server:
     def baseline(self, workload: str, branch: str, hw_key: str) -> Baseline:
         query = urllib.parse.urlencode({"workload": workload, "branch": branch,
                                         "hardware_key": hw_key})
-        status, answer = self.request("GET", f"{BASELINE_PATH}?{query}")
+        try:
+            status, answer = self.request("GET", f"{BASELINE_PATH}?{query}")
+        except BenchError as exc:  # no verdict without a baseline, but never a lost run
+            return Baseline(f"{branch} (server)", missing=f"no baseline: {exc}")
         if status == 404:
             return Baseline(f"{branch} (server)", missing="no baseline: "
                             + answer.get("message", f"no stored run of {branch}"))
         if status != 200:
             raise BenchError(f"the server refused the baseline request: HTTP {status} "
                              f"{answer.get('field') or ''} {answer.get('message', '')}".strip())
-        commit = answer.get("commit") or "?"
         samples = [dict(s, role="base") for s in answer.get("samples", [])]
-        return Baseline(f"{branch} @ {commit[:12]} (stored run {answer.get('id')})", samples,
-                        answer.get("hardware_key"), answer.get("source") == "simulated",
-                        commit=commit)
+        return Baseline(describe_stored(answer.get("branch") or branch, answer.get("commit"),
+                                        f"stored run {answer.get('id')}",
+                                        answer.get("started_at")),
+                        samples, answer.get("hardware_key"), answer.get("source") == "simulated",
+                        commit=answer.get("commit") or "", settings=answer.get("settings") or {})
 
     def post_run(self, doc: dict) -> dict:
         status, answer = self.request("POST", RUNS_PATH, doc)
         if status not in (200, 201):
-            raise BenchError(f"the server refused the run: HTTP {status} "
-                             f"{answer.get('field') or ''}: {answer.get('message', '')}")
+            error = UploadRefused if 400 <= status < 500 and status not in (401, 408, 429) \
+                else BenchError
+            raise error(f"the server refused the run: HTTP {status} "
+                        f"{answer.get('field') or ''}: {answer.get('message', '')}")
         return answer
 
 
@@ -425,10 +579,18 @@ def add_parsers(sub: Any) -> None:
         "NVML (and CPU/RAM through codecarbon where installed); derive throughput, GPU energy "
         "per inference, p99 and cost per 1k; compare with a baseline and fail only on a "
         "regression that is both beyond tolerance and statistically significant. "
-        "Exit status: 0 pass or no baseline asked, 1 regression, 3 inconclusive, 2 error.")
+        "Exit status: 0 pass or no baseline asked, 1 regression, 3 inconclusive, 4 no GPU "
+        "with a gate asked, 2 error. A failed upload never changes it.")
     p.add_argument("--workload", required=True, help="the workload's slug on the server")
-    p.add_argument("--repeat", type=int, default=5, metavar="N",
-                   help="measured runs per side (default 5; at least 4 can reach p < 0.05)")
+    p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, metavar="N",
+                   help=f"measured runs per side: pairs when interleaved (default "
+                   f"{DEFAULT_REPEAT}; at least 5 pairs can reach p < 0.05)")
+    p.add_argument("--max-repeat", type=int, default=DEFAULT_MAX_REPEAT, metavar="N",
+                   help="interleaved: while energy per inference is undecided (beyond "
+                   "tolerance, not significantly) run --repeat-step more pairs, up to N "
+                   f"(default {DEFAULT_MAX_REPEAT}; = --repeat to never extend)")
+    p.add_argument("--repeat-step", type=int, default=DEFAULT_REPEAT_STEP, metavar="N",
+                   help=f"pairs added at a time (default {DEFAULT_REPEAT_STEP})")
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="unmeasured runs first")
     count = p.add_mutually_exclusive_group()
     count.add_argument("--count", type=int, metavar="N", help="inferences one run does")
@@ -441,19 +603,32 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--nvml-lib", metavar="MODULE", help="a module with pynvml's names (tests)")
     p.add_argument("--no-host-energy", action="store_true",
                    help="do not measure CPU/RAM energy with codecarbon")
-    base = p.add_mutually_exclusive_group()
-    base.add_argument("--base-dir", metavar="DIR",
+    here = p.add_mutually_exclusive_group()
+    here.add_argument("--base-dir", metavar="DIR",
                       help="a checkout of the merge base: run it too, interleaved with this one")
-    base.add_argument("--baseline", metavar="FILE", help="a run written earlier by --output")
-    base.add_argument("--baseline-branch", metavar="BRANCH",
-                      help="the latest stored run of BRANCH on this hardware (needs --server)")
+    here.add_argument("--base-ref", metavar="REF",
+                      help="check out the merge base of REF and HEAD in a temporary git "
+                      "worktree and interleave it with this run (e.g. origin/main)")
+    stored = p.add_mutually_exclusive_group()
+    stored.add_argument("--baseline", metavar="FILE", help="a run written earlier by --output "
+                        "(with --base-ref: used only when interleaving is impossible)")
+    stored.add_argument("--baseline-branch", metavar="BRANCH",
+                        help="the latest stored run of BRANCH on this hardware (needs --server; "
+                        "with --base-ref: used only when interleaving is impossible)")
     p.add_argument("--tolerance", action="append", default=[], metavar="KPI=PCT",
                    help="allowed worsening in %% (defaults: energy_per_inference_j=5, "
                    "p99_ms=10, throughput_per_s=5, cost_per_1k_usd=5)")
+    p.add_argument("--gate", action="append", default=[], metavar="KPI",
+                   help="gate on this KPI too (energy per inference always decides; several "
+                   "gated KPIs are Holm-corrected); the others are reported as secondary")
     p.add_argument("--alpha", type=float, default=gate.DEFAULT_ALPHA,
                    help="significance level (default 0.05)")
     p.add_argument("--allow-inconclusive", action="store_true",
-                   help="exit 0 instead of 3 when the gate cannot decide (still printed)")
+                   help="exit 0 instead of 3 when the gate cannot decide (still printed); a "
+                   "runner without a GPU still exits 4")
+    p.add_argument("--spool-dir", metavar="DIR",
+                   help="where runs the server did not take wait for the next run (default "
+                   "$GREENOPS_BENCH_SPOOL, else ~/.local/state/greenops-agent/bench-spool)")
     p.add_argument("--report", metavar="FILE", help="write the table as Markdown (PR comment)")
     p.add_argument("--output", metavar="FILE", help="write the whole run as JSON")
     p.add_argument("--server", help="GreenOps server (default $GREENOPS_SERVER)")
@@ -534,55 +709,108 @@ def build_doc(args: argparse.Namespace, settings: Settings, source: GpuSource,
         "settings": {"repeat": args.repeat, "warmup": args.warmup, "pue": settings.pue,
                      "grid_intensity_g_per_kwh": settings.grid_intensity_g_per_kwh,
                      "usd_per_hour": settings.usd_per_hour, "count": settings.count,
-                     "count_from": str(settings.count_from) if settings.count_from else None},
+                     "count_from": str(settings.count_from) if settings.count_from else None,
+                     "interleaved": base_dir is not None},
         "samples": samples, "comparison": None,
     }
     return doc
 
 
 def main(args: argparse.Namespace) -> int:
+    cleanup: list[Callable[[], None]] = []
     try:
-        return _main(args)
+        return _main(args, cleanup)
     except BenchError as exc:
         print(f"greenops-agent bench: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    finally:
+        for undo in cleanup:
+            undo()
 
 
-def _main(args: argparse.Namespace) -> int:
+def warn(message: str) -> None:
+    print(f"greenops-agent bench: warning: {message}", file=sys.stderr)
+
+
+def checkout_base(ref: str, head_dir: Path) -> tuple[Path, Callable[[], None]]:
+    """The merge base of REF and HEAD in a temporary git worktree, at the same place inside
+    the repository as ``head_dir`` (the benchmark may live in a subdirectory)."""
+    sha = git_value(["merge-base", ref, "HEAD"], head_dir)
+    if sha is None:
+        raise BenchError(f"--base-ref {ref}: no merge base of {ref} and HEAD in {head_dir} "
+                         "(not a git checkout, an unknown ref, or a shallow clone: fetch the "
+                         "history, e.g. actions/checkout with fetch-depth: 0)")
+    prefix = git_value(["rev-parse", "--show-prefix"], head_dir) or ""
+    tmp = Path(tempfile.mkdtemp(prefix="greenops-base-"))
+    tree = tmp / "base"
+    out = subprocess.run(["git", "worktree", "add", "--detach", str(tree), sha], cwd=head_dir,
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BenchError(f"--base-ref {ref}: git worktree add failed: {out.stderr.strip()}")
+
+    def remove() -> None:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=head_dir,
+                       capture_output=True, check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    return tree / prefix, remove
+
+
+def _main(args: argparse.Namespace, cleanup: list[Callable[[], None]]) -> int:
     command = list(args.bench_command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise BenchError("no benchmark command: put it after --, e.g. -- python bench.py")
-    if args.repeat < 1 or args.warmup < 0:
-        raise BenchError("--repeat must be at least 1 and --warmup at least 0")
+    if args.repeat < 1 or args.warmup < 0 or args.repeat_step < 1:
+        raise BenchError("--repeat and --repeat-step must be at least 1, --warmup at least 0")
     if args.count is not None and args.count <= 0:
         raise BenchError("--count must be a positive number of inferences")
     tols = tolerances(args.tolerance)
+    gated = [gate.PRIMARY]
+    for key in args.gate:
+        if key not in gate.KPI_BY_KEY:
+            raise BenchError(f"--gate {key}: one of {', '.join(gate.KPI_BY_KEY)}")
+        if key not in gated:
+            gated.append(key)
     server_url = args.server or os.environ.get("GREENOPS_SERVER")
     token = args.token or os.environ.get("GREENOPS_API_TOKEN") or os.environ.get("GREENOPS_TOKEN")
     server = Server(server_url, token) if server_url and token else None
     if args.baseline_branch and server is None:
         raise BenchError("--baseline-branch reads the server's history: give --server and a "
                          "token ($GREENOPS_API_TOKEN), or use --baseline FILE")
+    spool = BenchSpool(Path(args.spool_dir) if args.spool_dir else BenchSpool.default())
+    if server is not None and not args.no_post and (n := spool.flush(server, warn)):
+        print(f"bench: sent {n} spooled run(s) from {spool.directory}", file=sys.stderr)
     head_dir = Path.cwd()
     base_dir = Path(args.base_dir).resolve() if args.base_dir else None
     if base_dir is not None and not base_dir.is_dir():
         raise BenchError(f"--base-dir {base_dir}: no such directory")
-    gated = bool(base_dir or args.baseline or args.baseline_branch)
+    fallback_note = ""
+    asked = bool(base_dir or args.base_ref or args.baseline or args.baseline_branch)
     try:
         source = open_source(args)
     except BenchError as exc:
-        if not gated:
+        if not asked:
             raise
         return no_gpu_verdict(str(exc), args)
     try:
         all_gpus = [g.index for g in source.gpus()]
         if not all_gpus:
-            source.close()
-            if gated:
+            if asked:
                 return no_gpu_verdict("NVML found no GPUs on this runner", args)
             raise BenchError("NVML found no GPUs; use --simulate N (never gated on)")
+        if args.base_ref:
+            try:
+                base_dir, remove = checkout_base(args.base_ref, head_dir)
+                cleanup.append(remove)
+            except BenchError as exc:
+                if not (args.baseline or args.baseline_branch):
+                    raise
+                fallback_note = (f"Interleaving was impossible ({exc}): compared with the "
+                                 "stored baseline instead.")
+                warn(fallback_note)
         gpus = all_gpus
         if args.gpus:
             try:
@@ -595,27 +823,59 @@ def _main(args: argparse.Namespace) -> int:
                             Path(args.count_from) if args.count_from else None, args.pue,
                             args.grid_intensity, args.usd_per_hour)
         host_energy = open_host_energy(args)
+
+        def log(line: str) -> None:
+            print(f"bench: {line}", file=sys.stderr)
+
         samples = measure(settings, source, host_energy, args.repeat, args.warmup, head_dir,
-                          base_dir, log=lambda s: print(f"bench: {s}", file=sys.stderr))
+                          base_dir, log=log)
         doc = build_doc(args, settings, source, host_energy, samples, head_dir, base_dir)
+        comparison = None
+        if base_dir is not None:
+            baseline = Baseline(merge_base_description(doc["base_commit"], base_dir),
+                                commit=doc["base_commit"] or "", interleaved=True)
+            pairs = args.repeat
+            while True:
+                baseline.samples = [s for s in samples if s["role"] == "base"]
+                comparison = gate_run(doc, baseline, tols, args.alpha, gated)
+                if pairs >= args.max_repeat or not gate.wants_more_pairs(comparison):
+                    break
+                more = min(args.repeat_step, args.max_repeat - pairs)
+                log(f"undecided after {pairs} pairs ({comparison.reason}): {more} more")
+                samples += measure(settings, source, host_energy, more, 0, head_dir, base_dir,
+                                   log=log, first=pairs)
+                pairs += more
+            doc["settings"]["repeat"] = pairs
     finally:
         source.close()
-    comparison = None
-    if base_dir is not None:
-        baseline = Baseline(f"merge base {(doc['base_commit'] or '?')[:12]} in {base_dir}, "
-                            "interleaved on this runner", [s for s in samples
-                                                           if s["role"] == "base"],
-                            commit=doc["base_commit"] or "")
-        comparison = gate_run(doc, baseline, tols, args.alpha)
-    elif args.baseline:
-        comparison = gate_run(doc, baseline_from_file(Path(args.baseline)), tols, args.alpha)
-    elif args.baseline_branch:
+    if comparison is None and args.baseline:
+        comparison = gate_run(doc, baseline_from_file(Path(args.baseline)), tols, args.alpha,
+                              gated)
+    elif comparison is None and args.baseline_branch:
         assert server is not None
         baseline = server.baseline(args.workload, args.baseline_branch, doc["hardware_key"])
-        comparison = gate_run(doc, baseline, tols, args.alpha)
+        comparison = gate_run(doc, baseline, tols, args.alpha, gated)
         doc["baseline_commit"] = baseline.commit or None
     if comparison is not None:
+        if fallback_note:
+            comparison.notes.insert(0, fallback_note)
         doc["comparison"] = comparison.as_dict()
+    upload_note = ""
+    if server is not None and not args.no_post:
+        try:
+            answer = server.post_run(doc)
+            print(f"run stored: {answer.get('url', answer.get('id'))}", file=sys.stderr)
+        except UploadRefused as exc:
+            upload_note = f"Not stored on the server: {exc}."
+            warn(f"{exc}; the verdict stands")
+        except BenchError as exc:
+            path = spool.put(doc)
+            upload_note = (f"Not stored on the server yet ({exc}): spooled as {path}, sent by "
+                           "the next run on this runner.")
+            warn(f"{exc}; spooled as {path}; the verdict stands")
+    if comparison is not None:
+        if upload_note:
+            comparison.notes.append(upload_note)
         print(gate.render_text(comparison))
         if args.report:
             Path(args.report).write_text(gate.render_markdown(comparison))
@@ -623,9 +883,6 @@ def _main(args: argparse.Namespace) -> int:
         print(summary_text(doc))
     if args.output:
         Path(args.output).write_text(json.dumps(doc, indent=1))
-    if server is not None and not args.no_post:
-        answer = server.post_run(doc)
-        print(f"run stored: {answer.get('url', answer.get('id'))}", file=sys.stderr)
     if comparison is None:
         return 0
     if comparison.verdict == gate.INCONCLUSIVE and args.allow_inconclusive:
@@ -634,21 +891,24 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def no_gpu_verdict(reason: str, args: argparse.Namespace) -> int:
-    """A gate was asked on a runner without usable GPUs: say so as a verdict (and in the
-    report), never as a pass. Nothing is run or posted: there is nothing to measure."""
-    comparison = gate.all_inconclusive(f"no GPU: {reason}", "not read (nothing measured)",
-                                       args.alpha)
+    """A gate was asked on a runner without usable GPUs: its own verdict and exit code (4),
+    printed and in the report, never a pass -- --allow-inconclusive does not cover it, since
+    a gate that never measures would pass every change. Nothing is run or posted."""
+    comparison = gate.all_inconclusive(f"no GPU on this runner: {reason}; nothing was "
+                                       "measured or gated", "not read (nothing measured)",
+                                       args.alpha, verdict=gate.NO_GPU)
     print(gate.render_text(comparison))
     if args.report:
         Path(args.report).write_text(gate.render_markdown(comparison))
-    return 0 if args.allow_inconclusive else comparison.exit_code
+    return EXIT_NO_GPU
 
 
 def summary_text(doc: dict) -> str:
     head = [s for s in doc["samples"] if s["role"] == "head"]
     lines = [f"GreenOps benchmark of {doc['workload']} ({len(head)} repeats, "
              f"{doc['hardware_key']}){' SIMULATED' if doc['source'] == 'simulated' else ''}",
-             "no baseline asked (--base-dir, --baseline or --baseline-branch): not gated"]
+             "no baseline asked (--base-dir, --base-ref, --baseline or --baseline-branch): "
+             "not gated"]
     for kpi in gate.KPIS:
         values = [s[kpi.key] for s in head if s.get(kpi.key) is not None]
         value = "unknown" if len(values) < len(head) or not values \

@@ -1,38 +1,59 @@
-"""The efficiency gate: is this run worse than its baseline, beyond noise and beyond tolerance?
+"""The efficiency gate: is this run worse than its baseline, beyond tolerance and beyond noise?
 
-Standard library only (the agent installs without numpy), and no Django: the server imports
-this module too, so a run's page shows exactly the verdict the CI job printed.
+Standard library only (the agent installs on GPU hosts without numpy or scipy), and no Django:
+the server imports this module too, so a run's page shows exactly the verdict the CI job
+printed.
 
-Per KPI (one value per repeat on each side) the gate reports the baseline and current medians,
-the relative change, a bootstrap confidence interval of that change, the two-sided
-Mann-Whitney U p-value, and a verdict:
+How a KPI is judged. Every value is turned into a "worse" log: log(value) for a KPI where
+higher is worse, -log(value) for throughput. The change is then a log-ratio, and the tolerance
+a threshold t = log(1 + tolerance). Two designs:
 
-* ``fail``: the change is worse than the tolerance *and* significant (p < alpha);
-* ``inconclusive``: worse than the tolerance but not significant (a regression within the
-  noise), or the comparison cannot be made: too few repeats for the test ever to reach
-  significance (asv's rule), missing values, a simulated run, a hardware change, no baseline;
-* ``pass``: the change is within the tolerance (or an improvement).
+* Paired (the default: ``--base-dir``/``--base-ref`` runs base and head alternately on one
+  runner, AB BA AB ...): pair i gives r_i = worse-log(head_i) - worse-log(base_i); slow drift of
+  the runner is in both halves of a pair and cancels. The test is a one-sided Wilcoxon
+  signed-rank test of H0 "median r <= t" (exact distribution when there are no ties); the
+  change is the Hodges-Lehmann estimate (median of the Walsh averages of r) and the interval its
+  exact (1 - 2 alpha) confidence interval, so a KPI fails exactly when its interval lies wholly
+  beyond the tolerance.
+* Unpaired (a stored baseline: ``--baseline FILE`` or ``--baseline-branch``): the same with the
+  Mann-Whitney U test of worse-log(head) - t against worse-log(base), the Hodges-Lehmann shift
+  (median of all head-base differences) and its exact interval. The two sides were measured at
+  different times, so the report says that the comparison crosses time: runner drift between
+  then and now reads as change.
 
-Why Mann-Whitney U and medians: benchmark timings and energies are skewed by the odd slow
-repeat, and a rank test does not assume normality (Welch's t-test would).
+One decision per gate: energy per inference is the primary KPI and the only gated one unless
+``--gate KPI`` adds others; gated KPIs are Holm-corrected over the measurements they come
+from (throughput and cost per 1k are both wall time over inferences: one measurement, one
+hypothesis, however many KPIs show it). The other KPIs are secondary: shown, never deciding.
+
+Verdicts: ``fail`` when the (Holm-adjusted) p < alpha; ``pass`` when the estimate is within the
+tolerance; ``inconclusive`` when the estimate is beyond the tolerance but not significantly
+(more repeats would decide), or when the comparison cannot be made (too few repeats, missing
+values, an estimated energy, a simulated run, a hardware change, no baseline). A runner
+without a usable GPU is its own verdict, ``no gpu``, with its own exit code.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from statistics import NormalDist
 
 PASS = "pass"
 FAIL = "fail"
 INCONCLUSIVE = "inconclusive"
 NOT_MEASURED = "not measured"
+WORSE = "worse"  # a secondary KPI beyond its tolerance, significantly: shown, never gating
+NO_GPU = "no gpu"
+
+EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3, NO_GPU: 4}
 
 DEFAULT_ALPHA = 0.05
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 12  # fixed: the same data always gives the same interval
 EXACT_MAX_N = 25  # exact U distribution up to this many repeats per side (and no ties)
+EXACT_MAX_PAIRS = 60  # exact signed-rank distribution up to this many pairs (and no ties)
+PRIMARY = "energy_per_inference_j"
 
 
 @dataclass(frozen=True)
@@ -43,16 +64,17 @@ class Kpi:
     higher_is_worse: bool
     tolerance_pct: float  # default: how much worse is still a pass
     digits: int
+    measurement: str  # KPIs from the same measurement are one piece of evidence, not several
 
 
-# The gated KPIs, in table order. Energy per inference is the GPU energy measured by NVML
-# divided by the inferences: CPU/RAM energy from codecarbon is recorded with the run but not
-# gated, because outside RAPL hosts it is an estimate from TDP and CPU load.
+# The KPIs, in table order. Energy per inference is the GPU energy measured by NVML divided by
+# the inferences: CPU/RAM energy from codecarbon is recorded with the run but not gated,
+# because outside RAPL hosts it is an estimate from TDP and CPU load.
 KPIS: tuple[Kpi, ...] = (
-    Kpi("energy_per_inference_j", "GPU energy per inference", "J", True, 5.0, 4),
-    Kpi("p99_ms", "p99 latency", "ms", True, 10.0, 2),
-    Kpi("throughput_per_s", "Throughput", "inferences/s", False, 5.0, 2),
-    Kpi("cost_per_1k_usd", "Cost per 1k inferences", "USD", True, 5.0, 4),
+    Kpi(PRIMARY, "GPU energy per inference", "J", True, 5.0, 4, "GPU energy counter"),
+    Kpi("p99_ms", "p99 latency", "ms", True, 10.0, 2, "latency samples"),
+    Kpi("throughput_per_s", "Throughput", "inferences/s", False, 5.0, 2, "wall time"),
+    Kpi("cost_per_1k_usd", "Cost per 1k inferences", "USD", True, 5.0, 4, "wall time"),
 )
 KPI_BY_KEY = {k.key: k for k in KPIS}
 
@@ -152,33 +174,154 @@ def smallest_p(n1: int, n2: int) -> float:
     return min(1.0, 2.0 / math.comb(n1 + n2, n1))
 
 
-def _percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    pos = (len(sorted_values) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+@lru_cache(maxsize=128)
+def _signed_rank_counts(n: int) -> tuple[int, ...]:
+    """How many of the 2^n sign patterns give each W+ = 0..n(n+1)/2 (ranks 1..n, no ties)."""
+    counts = [1]
+    for k in range(1, n + 1):
+        new = [0] * (len(counts) + k)
+        for w, c in enumerate(counts):
+            new[w] += c
+            new[w + k] += c
+        counts = new
+    return tuple(counts)
 
 
-def bootstrap_change_ci(base: Sequence[float], head: Sequence[float], level: float = 0.95,
-                        resamples: int = BOOTSTRAP_RESAMPLES,
-                        seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of median(head) / median(base) - 1, as fractions.
+@lru_cache(maxsize=256)
+def _u_tail(n1: int, n2: int) -> tuple[float, ...]:
+    """P(U >= u) for u = 0..n1*n2 under H0 (exact, no ties)."""
+    return _tails(_u_counts(n1, n2), math.comb(n1 + n2, n1))
 
-    Each side is resampled with replacement on its own (the repeats are independent). None
-    when a resampled baseline median can be zero, where a relative change means nothing.
-    """
-    rng = random.Random(seed)
-    changes = []
-    for _ in range(resamples):
-        b = median(rng.choices(base, k=len(base)))
-        h = median(rng.choices(head, k=len(head)))
-        if b == 0:
-            return None
-        changes.append(h / b - 1.0)
-    changes.sort()
-    tail = (1.0 - level) / 2.0
-    return _percentile(changes, tail), _percentile(changes, 1.0 - tail)
+
+@lru_cache(maxsize=128)
+def _w_tail(n: int) -> tuple[float, ...]:
+    """P(W+ >= w) for w = 0..n(n+1)/2 under H0 (exact, no ties)."""
+    return _tails(list(_signed_rank_counts(n)), 2**n)
+
+
+def _tails(counts: Sequence[int], total: int) -> tuple[float, ...]:
+    out = [0.0] * len(counts)
+    running = 0
+    for i in range(len(counts) - 1, -1, -1):
+        running += counts[i]
+        out[i] = running / total
+    return tuple(out)
+
+
+def _critical(tail: Sequence[float], alpha: float) -> int | None:
+    """The smallest c with P(stat >= c) <= alpha; None when no value is that unlikely."""
+    for c, p in enumerate(tail):
+        if p <= alpha:
+            return c
+    return None
+
+
+@dataclass(frozen=True)
+class ShiftTest:
+    """A rank test of "the worse-log change is above the threshold", with its estimate."""
+
+    estimate: float  # Hodges-Lehmann estimate of the worse-log change
+    lower: float | None  # the (1 - 2 alpha) interval of it; None with too few repeats
+    upper: float | None
+    p_value: float  # one-sided: small means "worse than the threshold"
+    p_better: float  # one-sided: small means "better than no change" (an improvement)
+    method: str
+
+
+def _normal_upper(stat: float, mean: float, var: float) -> float:
+    if var <= 0:
+        return 1.0 if stat <= mean else 0.0
+    z = (stat - mean - 0.5) / math.sqrt(var)  # continuity correction, as scipy
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def _signed_rank_p(d: Sequence[float]) -> tuple[float, str]:
+    """One-sided Wilcoxon signed-rank p of "median d > 0" (zeros dropped, as scipy's
+    zero_method="wilcox"); exact without ties, else the tie-corrected normal approximation."""
+    nz = [x for x in d if x != 0.0]
+    n = len(nz)
+    if n == 0:
+        return 1.0, "exact"
+    ranks, ties = _ranks([abs(x) for x in nz])
+    w_plus = sum(r for r, x in zip(ranks, nz, strict=True) if x > 0)
+    if not ties and n <= EXACT_MAX_PAIRS:
+        return _w_tail(n)[int(round(w_plus))], "exact"
+    var = n * (n + 1) * (2 * n + 1) / 24.0 - sum(t**3 - t for t in ties) / 48.0
+    return _normal_upper(w_plus, n * (n + 1) / 4.0, var), "normal"
+
+
+def _mann_whitney_upper(x: Sequence[float], y: Sequence[float]) -> tuple[float, str]:
+    """One-sided p of "x tends to be above y" (Mann-Whitney U)."""
+    n1, n2 = len(x), len(y)
+    ranks, ties = _ranks(list(x) + list(y))
+    u = sum(ranks[:n1]) - n1 * (n1 + 1) / 2.0
+    if not ties and n1 <= EXACT_MAX_N and n2 <= EXACT_MAX_N:
+        return _u_tail(n1, n2)[int(round(u))], "exact"
+    n = n1 + n2
+    tie_term = sum(t**3 - t for t in ties) / (n * (n - 1))
+    var = n1 * n2 / 12.0 * ((n + 1) - tie_term)
+    return _normal_upper(u, n1 * n2 / 2.0, var), "normal"
+
+
+def _interval(sorted_stats: Sequence[float], tail: Sequence[float] | None, n_stats: int,
+              var: float, alpha: float) -> tuple[float | None, float | None]:
+    """The exact rank interval: with c the critical value of the statistic that counts how
+    many of ``sorted_stats`` lie above a candidate shift, the shifts not rejected one-sidedly
+    at alpha on either side run from the (M - c + 1)-th to the c-th smallest."""
+    if tail is not None:
+        c = _critical(tail, alpha)
+    else:
+        c = math.ceil(n_stats / 2.0 + NormalDist().inv_cdf(1 - alpha) * math.sqrt(var) + 0.5)
+    if c is None or c > n_stats or c < 1:
+        return None, None
+    return sorted_stats[n_stats - c], sorted_stats[c - 1]
+
+
+def paired_shift(base: Sequence[float], head: Sequence[float], threshold: float,
+                 alpha: float) -> ShiftTest:
+    """``base``/``head`` are worse-logs, pair i measured back to back on one runner."""
+    r = [h - b for b, h in zip(base, head, strict=True)]
+    n = len(r)
+    walsh = sorted((r[i] + r[j]) / 2.0 for i in range(n) for j in range(i, n))
+    p, method = _signed_rank_p([x - threshold for x in r])
+    p_better, _ = _signed_rank_p([-x for x in r])
+    tail = _w_tail(n) if n <= EXACT_MAX_PAIRS else None
+    lower, upper = _interval(walsh, tail, len(walsh), n * (n + 1) * (2 * n + 1) / 24.0, alpha)
+    return ShiftTest(median(walsh), lower, upper, p, p_better, f"Wilcoxon signed-rank, {method}")
+
+
+def unpaired_shift(base: Sequence[float], head: Sequence[float], threshold: float,
+                   alpha: float) -> ShiftTest:
+    """``base``/``head`` are worse-logs measured at different times (no pairs)."""
+    diffs = sorted(h - b for h in head for b in base)
+    n1, n2 = len(head), len(base)
+    p, method = _mann_whitney_upper([h - threshold for h in head], base)
+    p_better, _ = _mann_whitney_upper(base, head)
+    tail = _u_tail(n1, n2) if n1 <= EXACT_MAX_N and n2 <= EXACT_MAX_N else None
+    lower, upper = _interval(diffs, tail, len(diffs), n1 * n2 * (n1 + n2 + 1) / 12.0, alpha)
+    return ShiftTest(median(diffs), lower, upper, p, p_better, f"Mann-Whitney U, {method}")
+
+
+def min_p(n_base: int, n_head: int, paired: bool) -> float:
+    """The smallest one-sided p-value the exact test can reach with these repeats."""
+    if paired:
+        return 0.5 ** min(n_base, n_head)
+    return 1.0 / math.comb(n_base + n_head, n_head)
+
+
+def repeats_needed(alpha: float, paired: bool) -> int:
+    return next(n for n in range(2, 200) if min_p(n, n, paired) < alpha)
+
+
+def holm(p_values: dict[str, float]) -> dict[str, float]:
+    """Holm-Bonferroni adjusted p-values (step-down, monotone)."""
+    order = sorted(p_values, key=lambda k: p_values[k])
+    m = len(order)
+    out, running = {}, 0.0
+    for i, key in enumerate(order):
+        running = max(running, min(1.0, (m - i) * p_values[key]))
+        out[key] = running
+    return out
 
 
 # --- the verdict per KPI ---------------------------------------------------------------------
@@ -191,13 +334,16 @@ class Row:
     unit: str
     baseline: float | None = None  # median over the baseline's repeats
     current: float | None = None  # median over this run's repeats
-    change_pct: float | None = None  # (current / baseline - 1) x 100
-    interval_pct: tuple[float, float] | None = None  # bootstrap 95 % interval of the change
-    p_value: float | None = None
+    change_pct: float | None = None  # Hodges-Lehmann estimate of (current / baseline - 1) x 100
+    interval_pct: tuple[float, float] | None = None  # its (1 - 2 alpha) interval
+    p_value: float | None = None  # one-sided, of "worse than the tolerance"
     tolerance_pct: float = 0.0
     verdict: str = INCONCLUSIVE
     reason: str = ""
     digits: int = 2
+    gated: bool = True  # False: a secondary KPI, shown but never deciding
+    p_adjusted: float | None = None  # Holm-adjusted over the gated measurements
+    measurement: str = ""
 
 
 @dataclass
@@ -210,6 +356,9 @@ class Comparison:
     reason: str = ""
     alpha: float = DEFAULT_ALPHA
     notes: list[str] = field(default_factory=list)
+    paired: bool = False  # True: interleaved pairs on one runner
+    crosses_time: bool = False  # True: the baseline was measured at another time
+    pairs: int = 0  # pairs used (paired) or repeats per side (unpaired: the smaller side)
 
     def as_dict(self) -> dict:
         doc = asdict(self)
@@ -220,19 +369,47 @@ class Comparison:
 
     @classmethod
     def from_dict(cls, doc: dict) -> Comparison:
+        names = set(Row.__dataclass_fields__)
         rows = []
         for r in doc.get("rows", []):
-            r = dict(r)
+            r = {k: v for k, v in dict(r).items() if k in names}
             if r.get("interval_pct") is not None:
                 r["interval_pct"] = tuple(r["interval_pct"])
             rows.append(Row(**r))
         return cls(verdict=doc["verdict"], rows=rows, baseline=doc.get("baseline", ""),
                    reason=doc.get("reason", ""), alpha=doc.get("alpha", DEFAULT_ALPHA),
-                   notes=list(doc.get("notes", [])))
+                   notes=list(doc.get("notes", [])), paired=bool(doc.get("paired", False)),
+                   crosses_time=bool(doc.get("crosses_time", False)),
+                   pairs=int(doc.get("pairs") or 0))
 
     @property
     def exit_code(self) -> int:
-        return {PASS: 0, FAIL: 1}.get(self.verdict, 3)
+        return EXIT_CODES.get(self.verdict, EXIT_CODES[INCONCLUSIVE])
+
+    @property
+    def gated_kpis(self) -> list[str]:
+        return [r.kpi for r in self.rows if r.gated]
+
+    def method_text(self) -> str:
+        """One paragraph: how the verdict was reached (report footer and run page)."""
+        gated = [r.label for r in self.rows if r.gated]
+        secondary = [r.label for r in self.rows if not r.gated]
+        if self.paired:
+            how = (f"{self.pairs} interleaved pairs of base and head on one runner (order AB BA "
+                   "AB …, so drift cancels); one-sided Wilcoxon signed-rank test of the per-pair "
+                   "ratio against the tolerance")
+        else:
+            how = ("repeats of a stored baseline against this run's; one-sided Mann–Whitney U "
+                   "test of the ratio against the tolerance")
+        level = round((1 - 2 * self.alpha) * 100)
+        text = (f"Decided by {', '.join(gated) or 'no KPI'}"
+                f"{' (Holm-corrected over their measurements)' if len(gated) > 1 else ''}: "
+                f"{how}, p < {self.alpha:g}. The change is the Hodges–Lehmann estimate and the "
+                f"interval its {level} % interval: a KPI fails exactly when the whole interval "
+                "is beyond its tolerance.")
+        if secondary:
+            text += f" Secondary, shown but not gated: {', '.join(secondary)}."
+        return text
 
 
 def _values(samples: Sequence[float | None]) -> tuple[list[float], int]:
@@ -240,10 +417,23 @@ def _values(samples: Sequence[float | None]) -> tuple[list[float], int]:
     return present, len(samples) - len(present)
 
 
+def _worse_log(kpi: Kpi, value: float) -> float:
+    return math.log(value) if kpi.higher_is_worse else -math.log(value)
+
+
+def _change_pct(kpi: Kpi, worse_log: float) -> float:
+    """A worse-log change back to the KPI's own relative change, in percent."""
+    return (math.exp(worse_log if kpi.higher_is_worse else -worse_log) - 1.0) * 100.0
+
+
 def compare_kpi(kpi: Kpi, base: Sequence[float | None], head: Sequence[float | None],
-                tolerance_pct: float | None = None, alpha: float = DEFAULT_ALPHA) -> Row:
+                tolerance_pct: float | None = None, alpha: float = DEFAULT_ALPHA,
+                paired: bool = False) -> tuple[Row, ShiftTest | None]:
+    """The row of one KPI before the gate's decision, and its test (None: no test possible;
+    the row's reason says why)."""
     tol = kpi.tolerance_pct if tolerance_pct is None else tolerance_pct
-    row = Row(kpi.key, kpi.label, kpi.unit, tolerance_pct=tol, digits=kpi.digits)
+    row = Row(kpi.key, kpi.label, kpi.unit, tolerance_pct=tol, digits=kpi.digits,
+              measurement=kpi.measurement)
     b, b_missing = _values(base)
     h, h_missing = _values(head)
     if b:
@@ -252,59 +442,67 @@ def compare_kpi(kpi: Kpi, base: Sequence[float | None], head: Sequence[float | N
         row.current = median(h)
     if not b and not h:
         row.verdict, row.reason = NOT_MEASURED, "measured on neither side"
-        return row
+        return row, None
     if not b or not h:
         side = "the baseline" if not b else "this run"
         row.reason = f"not measured in {side}"
-        return row
+        return row, None
     if b_missing or h_missing:
         row.reason = (f"{b_missing + h_missing} repeat(s) without a value: every repeat "
                       "needs one")
-        return row
-    assert row.baseline is not None and row.current is not None
-    if row.baseline == 0:
-        row.reason = "baseline is zero: no relative change"
-        return row
-    change = row.current / row.baseline - 1.0
-    row.change_pct = change * 100.0
-    ci = bootstrap_change_ci(b, h)
-    row.interval_pct = (ci[0] * 100.0, ci[1] * 100.0) if ci else None
-    floor = smallest_p(len(b), len(h))
-    if floor >= alpha:
-        needed = next(n for n in range(2, 100) if smallest_p(n, n) < alpha)
+        return row, None
+    if min(b) <= 0 or min(h) <= 0:
+        row.reason = "a value of zero: no relative change"
+        return row, None
+    if paired and len(b) != len(h):
+        paired = False  # cannot happen from the agent; compared unpaired rather than wrongly
+    if min_p(len(b), len(h), paired) >= alpha:
         row.reason = (f"too few repeats ({len(b)} baseline, {len(h)} this run): the test "
-                      f"cannot reach p < {alpha:g}; use --repeat {needed} or more")
-        return row
-    test = mann_whitney_u(h, b)
+                      f"cannot reach p < {alpha:g}; use --repeat "
+                      f"{repeats_needed(alpha, paired)} or more")
+        return row, None
+    threshold = math.log1p(tol / 100.0)
+    wb = [_worse_log(kpi, v) for v in b]
+    wh = [_worse_log(kpi, v) for v in h]
+    test = (paired_shift if paired else unpaired_shift)(wb, wh, threshold, alpha)
+    row.change_pct = _change_pct(kpi, test.estimate)
+    if test.lower is not None and test.upper is not None:
+        ends = sorted((_change_pct(kpi, test.lower), _change_pct(kpi, test.upper)))
+        row.interval_pct = (ends[0], ends[1])
     row.p_value = test.p_value
-    worse_pct = row.change_pct if kpi.higher_is_worse else -row.change_pct
-    significant = test.p_value < alpha
-    if worse_pct <= tol:
+    return row, test
+
+
+def _decide(row: Row, test: ShiftTest, p: float, alpha: float, gated: bool) -> None:
+    worse_pct = (math.exp(test.estimate) - 1.0) * 100.0
+    tol = row.tolerance_pct
+    if p < alpha:
+        row.verdict = FAIL if gated else WORSE
+        row.reason = (f"{worse_pct:.1f} % worse, beyond the {tol:g} % tolerance (p = {p:.3g}"
+                      f"{' after Holm' if gated and row.p_adjusted != row.p_value else ''})")
+    elif worse_pct <= tol:
         row.verdict = PASS
-        if worse_pct < 0 and significant:
-            row.reason = "improved"
-        else:
-            row.reason = f"within the {tol:g} % tolerance"
-        return row
-    if significant:
-        row.verdict = FAIL
-        row.reason = (f"{abs(row.change_pct):.1f} % worse, beyond the {tol:g} % tolerance "
-                      f"(p = {test.p_value:.3g})")
+        row.reason = "improved" if test.p_better < alpha else f"within the {tol:g} % tolerance"
     else:
-        row.reason = (f"{abs(row.change_pct):.1f} % worse but within the noise "
-                      f"(p = {test.p_value:.3g} >= {alpha:g}): repeat with more runs")
-    return row
+        row.verdict = INCONCLUSIVE
+        row.reason = (f"{worse_pct:.1f} % worse but not significantly beyond the {tol:g} % "
+                      f"tolerance (p = {p:.3g}): more repeats would decide")
 
 
 def all_inconclusive(reason: str, baseline: str, alpha: float = DEFAULT_ALPHA,
-                     head: dict[str, Sequence[float | None]] | None = None) -> Comparison:
-    """A comparison that could not be made at all (no baseline, simulated, new hardware)."""
+                     head: dict[str, Sequence[float | None]] | None = None,
+                     verdict: str = INCONCLUSIVE, gated: Iterable[str] = (PRIMARY,),
+                     ) -> Comparison:
+    """A comparison that could not be made at all (no baseline, simulated, new hardware, no
+    GPU). The reason is the comparison's, said once: the rows carry none of their own."""
+    gated = set(gated)
     rows = []
     for kpi in KPIS:
         values, _ = _values((head or {}).get(kpi.key, []))
         rows.append(Row(kpi.key, kpi.label, kpi.unit, current=median(values) if values else None,
-                        tolerance_pct=kpi.tolerance_pct, reason=reason, digits=kpi.digits))
-    return Comparison(INCONCLUSIVE, rows, baseline, reason=reason, alpha=alpha)
+                        tolerance_pct=kpi.tolerance_pct, verdict=verdict, digits=kpi.digits,
+                        gated=kpi.key in gated, measurement=kpi.measurement))
+    return Comparison(verdict, rows, baseline, reason=reason, alpha=alpha)
 
 
 def estimated_kpis(energy_methods: Iterable[str | None]) -> dict[str, str]:
@@ -313,49 +511,101 @@ def estimated_kpis(energy_methods: Iterable[str | None]) -> dict[str, str]:
     are reported but never gated."""
     methods = set(energy_methods)
     if methods and methods != {"counter"}:
-        return {"energy_per_inference_j": "GPU energy integrated from power readings in some "
+        return {PRIMARY: "GPU energy integrated from power readings in some "
                 "repeats (no usable NVML energy counter): an estimate, not gated"}
     return {}
 
 
 def compare(base: dict[str, Sequence[float | None]], head: dict[str, Sequence[float | None]],
             baseline: str, tolerances: dict[str, float] | None = None,
-            alpha: float = DEFAULT_ALPHA, estimated: dict[str, str] | None = None
-            ) -> Comparison:
-    """Gate ``head`` against ``base``: per-KPI lists of one value per repeat. ``estimated``
-    names KPIs whose values are estimates (see estimated_kpis): shown, inconclusive."""
+            alpha: float = DEFAULT_ALPHA, excluded: dict[str, str] | None = None,
+            paired: bool = False, gated: Iterable[str] = (PRIMARY,),
+            crosses_time: bool | None = None) -> Comparison:
+    """Gate ``head`` against ``base``: per-KPI lists of one value per repeat (with ``paired``,
+    value i of each side is pair i). ``excluded`` names KPIs that cannot be compared here
+    (an estimated energy, settings that differ between the sides), with the reason: shown,
+    inconclusive. ``gated``: the KPIs that decide (energy per inference always does)."""
     tolerances = tolerances or {}
-    rows = [compare_kpi(k, base.get(k.key, []), head.get(k.key, []), tolerances.get(k.key),
-                        alpha) for k in KPIS]
+    excluded = excluded or {}
+    gated_keys = {PRIMARY, *gated}
+    rows, tests = [], {}
+    for k in KPIS:
+        row, test = compare_kpi(k, base.get(k.key, []), head.get(k.key, []),
+                                tolerances.get(k.key), alpha, paired)
+        row.gated = k.key in gated_keys
+        if k.key in excluded and row.verdict != NOT_MEASURED:
+            row.verdict, row.reason, test = INCONCLUSIVE, excluded[k.key], None
+            row.p_value = row.change_pct = row.interval_pct = None
+        rows.append(row)
+        if test is not None:
+            tests[k.key] = test
+    # Holm over the gated measurements: KPIs of one measurement are one hypothesis (its
+    # smallest p), so a slow run is one piece of evidence, not three.
+    by_measurement: dict[str, float] = {}
     for row in rows:
-        if row.kpi in (estimated or {}) and row.verdict in (PASS, FAIL):
-            row.verdict, row.reason = INCONCLUSIVE, (estimated or {})[row.kpi]
-    gated = [r for r in rows if r.verdict != NOT_MEASURED]
+        if row.gated and row.kpi in tests:
+            p = tests[row.kpi].p_value
+            by_measurement[row.measurement] = min(p, by_measurement.get(row.measurement, 1.0))
+    adjusted = holm(by_measurement)
+    for row in rows:
+        test = tests.get(row.kpi)
+        if test is None:
+            continue
+        if row.gated:
+            row.p_adjusted = adjusted[row.measurement]
+            _decide(row, test, row.p_adjusted, alpha, True)
+        else:
+            _decide(row, test, test.p_value, alpha, False)
+    n = max((len([v for v in head.get(k.key, []) if v is not None]) for k in KPIS), default=0)
+    result = Comparison(INCONCLUSIVE, rows, baseline, alpha=alpha, paired=paired,
+                        crosses_time=(not paired) if crosses_time is None else crosses_time,
+                        pairs=n)
+    gated_rows = [r for r in rows if r.gated and r.verdict != NOT_MEASURED]
     energy = rows[0]
     if energy.verdict == NOT_MEASURED:
-        reason = ("energy per inference was not measured: give --count or --count-from and "
-                  "run on GPUs with NVML")
-        energy.verdict, energy.reason = INCONCLUSIVE, reason
-        return Comparison(INCONCLUSIVE, rows, baseline, reason=reason, alpha=alpha)
-    if any(r.verdict == FAIL for r in gated):
-        failed = ", ".join(r.label for r in gated if r.verdict == FAIL)
-        return Comparison(FAIL, rows, baseline, reason=f"regression: {failed}", alpha=alpha)
-    if any(r.verdict == INCONCLUSIVE for r in gated):
-        which = "; ".join(f"{r.label}: {r.reason}" for r in gated if r.verdict == INCONCLUSIVE)
-        return Comparison(INCONCLUSIVE, rows, baseline, reason=which, alpha=alpha)
-    return Comparison(PASS, rows, baseline, reason="no KPI worse than its tolerance",
-                      alpha=alpha)
+        energy.verdict = INCONCLUSIVE
+        energy.reason = ""
+        result.reason = ("energy per inference was not measured: give --count or --count-from "
+                         "and run on GPUs with NVML")
+        return result
+    if failed := [r for r in gated_rows if r.verdict == FAIL]:
+        result.verdict = FAIL
+        result.reason = "regression: " + ", ".join(r.label for r in failed)
+    elif unsure := [r for r in gated_rows if r.verdict == INCONCLUSIVE]:
+        result.reason = (", ".join(r.label for r in unsure)
+                         + " undecided (its row says why)")
+    else:
+        result.verdict = PASS
+        result.reason = ("no gated KPI worse than its tolerance"
+                         if len(gated_rows) > 1 else f"{energy.label} {energy.reason}")
+    return result
+
+
+def wants_more_pairs(comparison: Comparison) -> bool:
+    """True when the gate is undecided only because a gated KPI's estimate is beyond its
+    tolerance but not significantly so: more repeats can settle it (the agent then runs
+    --repeat-step more pairs, up to --max-repeat; the simulation does the same)."""
+    undecided = [r for r in comparison.rows if r.gated and r.verdict == INCONCLUSIVE]
+    return (comparison.verdict == INCONCLUSIVE and bool(undecided)
+            and all(r.p_value is not None for r in undecided))
 
 
 # --- the table, as text for the log and as Markdown for a pull-request comment ---------------
 
-HEADERS = ("KPI", "baseline", "this run", "change", "95% interval", "verdict")
+HEADERS = ("KPI", "baseline", "this run", "change", "interval", "verdict")
 
 
 def _num(value: float | None, digits: int) -> str:
     if value is None:
         return "unknown"
     return f"{value:,.{digits}f}"
+
+
+def _verdict_cell(r: Row) -> str:
+    if r.gated:
+        return r.verdict if not r.reason else f"{r.verdict}: {r.reason}"
+    text = "secondary" if r.verdict == NOT_MEASURED else f"secondary, {r.verdict}"
+    return f"{text}: {r.reason}" if r.reason else text
 
 
 def table_cells(comparison: Comparison) -> list[tuple[str, ...]]:
@@ -366,10 +616,18 @@ def table_cells(comparison: Comparison) -> list[tuple[str, ...]]:
         change = "–" if r.change_pct is None else f"{r.change_pct:+.1f} %"
         interval = ("–" if r.interval_pct is None
                     else f"{r.interval_pct[0]:+.1f} … {r.interval_pct[1]:+.1f} %")
-        verdict = r.verdict if not r.reason else f"{r.verdict}: {r.reason}"
         cells.append((f"{r.label} ({r.unit})" if unit else r.label, _num(r.baseline, r.digits),
-                      _num(r.current, r.digits), change, interval, verdict))
+                      _num(r.current, r.digits), change, interval, _verdict_cell(r)))
     return cells
+
+
+def _headline(comparison: Comparison) -> list[str]:
+    lines = [f"baseline: {comparison.baseline}"]
+    if comparison.crosses_time and comparison.verdict != NO_GPU:
+        lines.append("this comparison crosses time: the baseline was measured earlier, so "
+                     "runner drift between then and now reads as change (interleave with "
+                     "--base-dir or --base-ref where possible)")
+    return lines
 
 
 def render_text(comparison: Comparison) -> str:
@@ -380,7 +638,7 @@ def render_text(comparison: Comparison) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True))
                      + "  " + row[-1])
     head = f"GreenOps efficiency gate: {comparison.verdict.upper()}"
-    lines = [head, f"baseline: {comparison.baseline}", *lines]
+    lines = [head, *_headline(comparison), *lines]
     if comparison.reason:
         lines.append(f"{comparison.verdict}: {comparison.reason}")
     lines.extend(comparison.notes)
@@ -392,20 +650,22 @@ def _md_escape(text: str) -> str:
 
 
 def render_markdown(comparison: Comparison) -> str:
-    icon = {PASS: "✅", FAIL: "❌"}.get(comparison.verdict, "⚠️")
+    icon = {PASS: "✅", FAIL: "❌", NO_GPU: "⛔"}.get(comparison.verdict, "⚠️")
+    headline = _headline(comparison)
     lines = [f"### {icon} GreenOps efficiency gate: {comparison.verdict}", "",
-             f"Baseline: {_md_escape(comparison.baseline)}", "",
-             "| " + " | ".join(HEADERS) + " |",
-             "|" + "|".join(["---"] + ["---:"] * 4 + ["---"]) + "|"]
+             f"Baseline: {_md_escape(comparison.baseline)}", ""]
+    if len(headline) > 1:
+        lines += [f"> **Note:** {_md_escape(headline[1][0].upper() + headline[1][1:])}.", ""]
+    lines += ["| " + " | ".join(HEADERS) + " |",
+              "|" + "|".join(["---"] + ["---:"] * 4 + ["---"]) + "|"]
     for row in table_cells(comparison):
         lines.append("| " + " | ".join(_md_escape(c) for c in row) + " |")
     lines.append("")
     if comparison.reason:
         lines.append(f"**{comparison.verdict}**: {_md_escape(comparison.reason)}")
         lines.append("")
-    lines.append(f"Fails only when a change is beyond its tolerance and significant "
-                 f"(two-sided Mann–Whitney U, p < {comparison.alpha:g}); intervals are "
-                 "bootstrap 95 % intervals of the change in medians.")
+    if comparison.verdict != NO_GPU and any(r.p_value is not None for r in comparison.rows):
+        lines.append(_md_escape(comparison.method_text()))
     for note in comparison.notes:
         lines.append("")
         lines.append(_md_escape(note))

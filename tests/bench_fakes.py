@@ -65,6 +65,27 @@ def write_profile(directory: Path, joules: list[float], count: int = 1000,
     return directory
 
 
+def write_busy_profile(directory: Path, loops: int, watts: float = 300.0,
+                       count: int = 1000) -> Path:
+    """A checkout whose benchmark really works: ``loops`` iterations of CPU work, drawing
+    ``watts`` while it runs, so its energy follows wall time and the runner's own noise (load,
+    drift, a slow run) is in every figure, as on a real CI runner."""
+    directory.mkdir(parents=True, exist_ok=True)
+    doc = {"loops": loops, "watts": watts, "count": count, "latency_ms": None, "exit": 0}
+    (directory / "profile.json").write_text(json.dumps(doc))
+    return directory
+
+
+def _busy(loops: int) -> float:
+    import time
+
+    started = time.perf_counter()
+    x = 0
+    for i in range(loops):
+        x = (x * 31 + i) % 1_000_003
+    return time.perf_counter() - started
+
+
 def fake_benchmark() -> int:
     """Use repeat i's joules (added to the counter file) and report the count it did."""
     profile = json.loads(Path("profile.json").read_text())
@@ -72,7 +93,10 @@ def fake_benchmark() -> int:
         print("fake benchmark: CUDA out of memory", file=sys.stderr)
         return profile["exit"]
     i = int(os.environ["GREENOPS_BENCH_REPEAT"])
-    joules = profile["joules"][i % len(profile["joules"])]
+    if "loops" in profile:
+        joules = profile["watts"] * _busy(profile["loops"])
+    else:
+        joules = profile["joules"][i % len(profile["joules"])]
     path = Path(os.environ["BENCH_FAKES_ENERGY_FILE"])
     used_mj = int(path.read_text() or "0") if path.exists() else 0
     # Written aside and renamed: the agent's sampler thread reads the file meanwhile, and a

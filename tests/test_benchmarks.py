@@ -48,7 +48,7 @@ def run_doc(regress_pct: float = 0.0, workload: str = "ranker", branch: str = "f
                                                "merge base", head=values("head")).as_dict()
         else:
             comparison = gate.compare(values("base"), values("head"),
-                                      "merge base 1a2b3c4d, interleaved").as_dict()
+                                      "merge base 1a2b3c4d, interleaved", paired=True).as_dict()
     return {"run_id": str(uuid.uuid4()), "workload": workload, "source": source,
             "agent_version": "0.1.0", "commit": commit, "branch": branch,
             "base_commit": "1a2b3c4d", "command": "python bench.py", "started_at": time.time(),

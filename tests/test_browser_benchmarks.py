@@ -33,8 +33,9 @@ def _shot(pg, name: str) -> None:
 
 def test_history_run_page_and_acknowledging_a_regression(live_server, page, users, team):  # noqa: F811
     Workload.objects.create(team=team, name="Image Ranker", slug="ranker", kind="inference")
-    for commit, pct in (("a1b2c3d4", 0.0), ("b2c3d4e5", 1.0), ("c3d4e5f6", -0.5)):
-        store_run(team, run_doc(branch="main", commit=commit, regress_pct=pct))
+    # main: six runs near the baseline, then a commit that makes every run ~18 % hungrier.
+    for i, pct in enumerate((0.0, 1.0, -0.5, 0.5, -1.0, 0.2, 18.0, 18.8, 17.5, 18.3, 17.9)):
+        store_run(team, run_doc(branch="main", commit=f"{i:02d}b2c3d4", regress_pct=pct))
     store_run(team, run_doc(branch="bigger-model", commit="d4e5f6a7", regress_pct=20.0))
     store_run(team, run_doc(branch="main", commit="e5f6a7b8", source="simulated"))
     failed = BenchmarkRun.objects.get(commit="d4e5f6a7")
@@ -48,6 +49,9 @@ def test_history_run_page_and_acknowledging_a_regression(live_server, page, user
     page.get_by_role("link", name="Image Ranker").click()
     page.locator("#chart-fig-energy_per_inference_j .main-svg").first.wait_for()
     assert page.get_by_role("note").filter(has_text="Includes simulated runs").is_visible()
+    steps = page.locator("#change-points li")
+    assert steps.count() == 1
+    assert "Stepped up" in steps.inner_text() and "06b2c3d4" in steps.inner_text()
     _shot(page, "history")
 
     page.get_by_role("link", name="d4e5f6a7").click()

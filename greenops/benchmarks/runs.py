@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 import uuid
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from collectors import bench_gate as gate
+from greenops.benchmarks import changepoints
 from greenops.benchmarks.models import Acknowledgement, BenchmarkRun, BenchmarkSample
 from greenops.chart_style import MAX_POINTS
 from greenops.errors import FieldError, invalid
@@ -109,13 +111,14 @@ def _check_interleaved(comparison: gate.Comparison, samples: list[BenchmarkSampl
         return  # compared with a stored run or a file: those repeats are not in this doc
 
     def values(role: str) -> dict[str, list[float | None]]:
-        return {k.key: [getattr(s, k.key) for s in samples if s.role == role]
-                for k in gate.KPIS}
+        side = sorted((s for s in samples if s.role == role), key=lambda s: s.index)
+        return {k.key: [getattr(s, k.key) for s in side] for k in gate.KPIS}
 
     tolerances = {r.kpi: r.tolerance_pct for r in comparison.rows}
     again = gate.compare(values("base"), values("head"), comparison.baseline, tolerances,
                          comparison.alpha,
-                         gate.estimated_kpis(s.energy_method or None for s in samples))
+                         gate.estimated_kpis(s.energy_method or None for s in samples),
+                         paired=comparison.paired, gated=comparison.gated_kpis)
     if [(r.kpi, r.verdict) for r in again.rows] != [(r.kpi, r.verdict) for r in
                                                       comparison.rows] \
             or again.verdict != comparison.verdict:
@@ -220,6 +223,7 @@ def baseline(team: Team, workload_slug: str, branch: str, hardware_key: str) -> 
         raise FieldError(404, "no_baseline", "hardware_key" if other else "branch", message)
     return {"id": run.id, "commit": run.commit, "branch": run.branch, "source": run.source,
             "hardware_key": run.hardware_key, "url": run_url(run),
+            "started_at": run.started_at.timestamp(), "settings": run.settings,
             "samples": [sample_dict(s) for s in run.samples.filter(role="head")]}
 
 
@@ -271,3 +275,35 @@ def history(workload: Workload, branch: str | None = None, limit: int = MAX_POIN
 def branches(workload: Workload) -> list[str]:
     return list(BenchmarkRun.objects.filter(workload=workload).order_by("branch")
                 .values_list("branch", flat=True).distinct())
+
+
+@lru_cache(maxsize=256)
+def _e_divisive(values: tuple[float, ...]) -> tuple[changepoints.ChangePoint, ...]:
+    # Seeded, so the same series always gives the same marks: safe to keep per process.
+    return tuple(changepoints.e_divisive(list(values)))
+
+
+def change_points(points: list[dict], kpi: str = gate.PRIMARY) -> list[dict]:
+    """Where ``kpi`` (energy per inference by default) stepped, per branch and hardware, over
+    ``points`` (history() output, oldest first): E-Divisive means over the measured runs'
+    medians. Simulated runs and runs on other hardware are never part of a series."""
+    series: dict[tuple[str, str], list[BenchmarkRun]] = {}
+    for p in points:
+        run = p["run"]
+        if run.simulated or getattr(run, kpi) is None:
+            continue
+        series.setdefault((run.branch, run.hardware_key), []).append(run)
+    out = []
+    for (branch, hw), series_runs in series.items():
+        values = tuple(float(getattr(r, kpi)) for r in series_runs)
+        cuts = [0] + [cp.index for cp in _e_divisive(values)] + [len(values)]
+        for k, cp in enumerate(_e_divisive(values), start=1):
+            run = series_runs[cp.index]
+            out.append({"run": run, "branch": branch, "hardware_key": hw, "kpi": kpi,
+                        "before": cp.before, "after": cp.after, "change_pct": cp.change_pct,
+                        "size_pct": abs(cp.change_pct), "p_value": cp.p_value,
+                        "up": cp.after > cp.before,
+                        "runs_before": cp.index - cuts[k - 1],
+                        "runs_after": cuts[k + 1] - cp.index,
+                        "previous": series_runs[cp.index - 1]})
+    return sorted(out, key=lambda c: (c["run"].started_at, c["run"].id))

@@ -38,11 +38,16 @@ def workload_history(request: HttpRequest, team: Team, workload_slug: str) -> Ht
     if branch is not None and branch not in branch_list:
         branch = None
     points = runs.history(workload, branch)
-    charts = [{"id": f"fig-{k.key}", "fig": benchmark_charts.kpi_history(points, k)}
-              for k in gate.KPIS if any(p["kpis"][k.key]["value"] is not None for p in points)]
+    steps = runs.change_points(points)
+    charts = [{"id": f"fig-{k.key}", "fig": benchmark_charts.kpi_history(
+        points, k, steps if k.key == gate.PRIMARY else [])} for k in gate.KPIS
+              if any(p["kpis"][k.key]["value"] is not None for p in points)]
+    step_by_run = {c["run"].id: c for c in steps}
+    for p in points:
+        p["step"] = step_by_run.get(p["run"].id)
     return render(request, "benchmarks/history.html", {
         "team": team, "workload": workload, "points": list(reversed(points)),
-        "charts": charts, "branches": branch_list, "branch": branch,
+        "charts": charts, "branches": branch_list, "branch": branch, "steps": steps,
         "simulated": any(p["run"].simulated for p in points)})
 
 
