@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from greenops.alerts.models import Channel, Rule
 from greenops.kpis.models import KpiRollup
@@ -37,3 +39,43 @@ def make_rule(team, channels=(), **fields) -> Rule:
     rule = Rule.objects.create(team=team, **{**defaults, **fields})
     rule.channels.set(channels)
     return rule
+
+
+class Receiver:
+    """A real HTTP server on 127.0.0.1 that records each request (path, headers, body) and
+    answers `status` with `headers` and `body`."""
+
+    def __init__(self, status: int = 200, body: bytes = b"", headers: dict | None = None) -> None:
+        self.status, self.body, self.headers = status, body, headers or {}
+        self.requests: list = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                receiver.requests.append((self.path, self.headers, body, self.command))
+                self.send_response(receiver.status)
+                for k, v in receiver.headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(receiver.body)))
+                self.end_headers()
+                self.wfile.write(receiver.body)
+
+            do_POST = do_GET = _answer  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

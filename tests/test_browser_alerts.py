@@ -98,9 +98,11 @@ def test_create_fire_silence_and_see_the_notification(live_server, page, users, 
     shoot(page, "channels")
 
 
-def test_admin_adds_a_webhook_and_sends_a_real_test(live_server, page, users, team):  # noqa: F811
-    from tests.test_alerts_channels import Receiver
+def test_admin_adds_a_webhook_and_sends_a_real_test(live_server, page, users, team,  # noqa: F811
+                                                    settings):
+    from tests.alerts_fixtures import Receiver
 
+    settings.GREENOPS_OUTBOUND_ALLOW = ["127.0.0.1/32"]  # the receiver is on loopback
     with Receiver() as rx:
         log_in(page, live_server.url, "owner", "pw-owner")
         page.goto(f"{live_server.url}/teams/{team.slug}/alerts/channels/")
@@ -113,6 +115,6 @@ def test_admin_adds_a_webhook_and_sends_a_real_test(live_server, page, users, te
         shoot(page, "channels-admin")
         page.get_by_role("button", name="Send test").click()
         page.get_by_text("Test sent to Ops webhook with live figures.").wait_for()
-    [(path, headers, body)] = rx.requests
+    [(path, headers, body, _)] = rx.requests
     assert path == "/greenops" and headers["X-GreenOps-Signature"].startswith("sha256=")
     assert "Test sent" in page.locator("#channels").inner_text()  # its last delivery

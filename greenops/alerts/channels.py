@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
+import ipaddress
 import logging
+import re
 import secrets
 import smtplib
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import orjson
 from django.conf import settings
@@ -25,9 +27,13 @@ from django.core.mail import EmailMessage
 from django.core.validators import URLValidator, validate_email
 from django.db import IntegrityError, transaction
 
+from greenops import outbound
 from greenops.alerts.models import Channel, ChannelKind, Digest
 from greenops.errors import invalid
 from greenops.teams.models import Team
+
+log = logging.getLogger(__name__)
+APPRISE_STATUS = re.compile(r"error=(\d{3})\b")
 
 
 class TransportError(Exception):
@@ -101,6 +107,24 @@ class Email(Transport):
             raise TransportError(f"SMTP: {exc}") from None
 
 
+def refuse_literal(url: str) -> None:
+    """A URL whose host is an IP address (or localhost) the guard would refuse is refused when
+    the channel is saved. Names are not resolved here: the guard checks them at each send, on
+    the address it connects to."""
+    host = (urlsplit(url).hostname or "") if "://" in url else ""
+    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
+        host = "127.0.0.1"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return
+    decision = outbound.decide(host)
+    if not decision.allowed:
+        raise ValueError(f"{host} is a {decision.reason}: alerts are not sent inside the "
+                         "network (an operator can allow a private range with "
+                         "GREENOPS_OUTBOUND_ALLOW)")
+
+
 def signature(secret: str, timestamp: str, body: bytes) -> str:
     """HMAC-SHA256 over "<timestamp>.<body>", hex: what a receiver recomputes to verify."""
     return hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
@@ -119,23 +143,30 @@ class Webhook(Transport):
             URLValidator(schemes=["http", "https"])(target)
         except ValidationError:
             raise ValueError("must be an http:// or https:// URL") from None
+        refuse_literal(target)
         return target
 
     def send(self, message: Message) -> None:
         body = orjson.dumps(message.doc)
         ts = str(int(time.time()))
-        req = urllib.request.Request(self.channel.target, data=body, method="POST", headers={
+        headers = {
             "Content-Type": "application/json", "User-Agent": "GreenOps-alerts/1",
             "X-GreenOps-Timestamp": ts,
-            "X-GreenOps-Signature": "sha256=" + signature(self.channel.secret, ts, body)})
+            "X-GreenOps-Signature": "sha256=" + signature(self.channel.secret, ts, body)}
         try:
-            with urllib.request.urlopen(req, timeout=settings.ALERTS_HTTP_TIMEOUT_S) as resp:
-                resp.read(1024)
-        except urllib.error.HTTPError as exc:
-            permanent = exc.code in self.PERMANENT_STATUS
-            raise TransportError(f"HTTP {exc.code} from the webhook", permanent) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise TransportError(f"could not reach the webhook: {exc}") from None
+            resp = outbound.post(self.channel.target, body, headers,
+                                 settings.ALERTS_HTTP_TIMEOUT_S)
+        except (OSError, http.client.HTTPException) as exc:
+            # Refused by the guard, refused by the host, filtered, reset: one sentence for the
+            # user (the form must not map the network); the cause goes to the operator's log.
+            log.warning("webhook channel %s: %s", self.channel.id, exc)
+            raise TransportError(outbound.UNREACHABLE) from None
+        if 300 <= resp.status < 400:
+            raise TransportError(f"HTTP {resp.status} from the webhook: redirects are not "
+                                 "followed; give the final URL")
+        if resp.status >= 400:
+            raise TransportError(f"HTTP {resp.status} from the webhook",
+                                 resp.status in self.PERMANENT_STATUS)
 
 
 @register
@@ -151,19 +182,26 @@ class Apprise(Transport):
         if not apprise.Apprise().add(target):
             raise ValueError("apprise does not recognise this URL (see the apprise wiki for "
                              "each service's format)")
+        refuse_literal(target)
         return target
 
     def send(self, message: Message) -> None:
         import apprise
 
-        ap = apprise.Apprise()
+        # Sequential mode: the guard follows this thread (and its context), not a pool's.
+        ap = apprise.Apprise(asset=apprise.AppriseAsset(async_mode=False))
         if not ap.add(self.channel.target):
             raise TransportError("apprise no longer accepts this URL", permanent=True)
-        with apprise.LogCapture(level=logging.WARNING) as log:
+        with apprise.LogCapture(level=logging.WARNING) as captured, outbound.guard():
             ok = ap.notify(title=message.title, body=message.text)
-            captured = log.getvalue().strip()
+            text = captured.getvalue()
         if not ok:
-            raise TransportError(f"apprise: {captured or 'delivery failed'}"[:500])
+            log.warning("apprise channel %s: %s", self.channel.id, text.strip()[:500])
+            # Only the status, never the answer or the host: "error=503" in apprise's log.
+            status = APPRISE_STATUS.search(text)
+            if status:
+                raise TransportError(f"apprise: the service answered HTTP {status.group(1)}")
+            raise TransportError(f"apprise: {outbound.UNREACHABLE}")
 
 
 def create(team: Team, data: dict) -> tuple[Channel, str]:
