@@ -23,6 +23,8 @@ from django.utils import timezone
 
 from greenops.alerts import figures
 from greenops.alerts.models import (
+    FIRING_STATES,
+    Channel,
     Direction,
     NoDataPolicy,
     Notification,
@@ -261,8 +263,10 @@ def claim(rule_id: int, tick: dt.datetime) -> bool:
                                id=rule_id, enabled=True).update(last_tick=tick) == 1
 
 
-def run(rule: Rule, now: dt.datetime | None = None) -> RuleEvent | None:
-    """Evaluate once and write the result. Returns the history row, if the state changed."""
+def run(rule: Rule, now: dt.datetime | None = None, edited: bool = False) -> RuleEvent | None:
+    """Evaluate once and write the result. Returns the history row, if the state changed.
+    `edited`: right after someone saved the rule -- a firing rule whose new definition no
+    longer holds resolves at once (no keep-firing wait: the change is deliberate)."""
     now = now or timezone.now()
     out = observe(rule, now)
     old, since = rule.state, rule.state_since
@@ -272,7 +276,7 @@ def run(rule: Rule, now: dt.datetime | None = None) -> RuleEvent | None:
         new, new_since = old, since
     else:
         new, new_since = next_state(old, since, out.condition, now, rule.for_minutes * 60,
-                                    rule.keep_firing_minutes * 60)
+                                    0 if edited else rule.keep_firing_minutes * 60)
     tz = figures.team_tz(rule.team)
     muted = rule.muted_reason(now, tz)
     kind = notification_for(old, new, rule.episode_notified)
@@ -284,10 +288,15 @@ def run(rule: Rule, now: dt.datetime | None = None) -> RuleEvent | None:
         elif rule.repeat_minutes and rule.last_notified_at and \
                 now - rule.last_notified_at >= dt.timedelta(minutes=rule.repeat_minutes):
             kind = NotificationKind.REPEAT
+    # A mute (silence or mute window) that begins while a notified alert is firing closes it
+    # at the receiver -- an incident must not stay open for a rule that will say nothing more.
+    # If it still holds when the mute ends, a new FIRING opens it again.
+    mute_closes = bool(muted) and rule.episode_notified and old in FIRING_STATES and \
+        new in FIRING_STATES
     error_changed = out.condition == ERROR and out.detail != rule.last_error
     with transaction.atomic():
         event = None
-        if new != old or error_changed:
+        if new != old or error_changed or mute_closes:
             event = RuleEvent.objects.create(
                 rule=rule, at=now, from_state=old, to_state=new, value=out.value,
                 detail=out.detail, figure=out.figure, muted=muted if kind else "")
@@ -300,7 +309,14 @@ def run(rule: Rule, now: dt.datetime | None = None) -> RuleEvent | None:
         if new == State.OK:
             rule.episode_notified = False
             fields.append("episode_notified")
-        if kind and not muted:
+        if mute_closes:
+            closing = Outcome(out.condition, out.value, f"{muted}: notifications are paused, so "
+                              "this alert is closed here; if it still holds when the mute ends, "
+                              "a new FIRING is sent. " + out.detail, out.figure)
+            enqueue(rule, NotificationKind.RESOLVED, event, closing, now, closed_by="muted")
+            rule.episode_notified = False
+            fields.append("episode_notified")
+        elif kind and not muted:
             queued = enqueue(rule, kind, event, out, now)
             if queued and kind != NotificationKind.RESOLVED:
                 rule.episode_notified = True
@@ -311,14 +327,19 @@ def run(rule: Rule, now: dt.datetime | None = None) -> RuleEvent | None:
 
 
 def enqueue(rule: Rule, kind: str, event: RuleEvent | None, out: Outcome,
-            now: dt.datetime) -> int:
+            now: dt.datetime, closed_by: str = "", channel_ids: list[int] | None = None) -> int:
     """Write one pending Notification per chosen channel; delivery picks them up (grouped by
-    channel). The dedupe key makes a second writer of the same event a no-op."""
+    channel). The dedupe key makes a second writer of the same event a no-op. `closed_by`:
+    a "resolved" that a person caused (edited, disabled, deleted, muted), not the figure."""
     from greenops.alerts import notify
 
     payload = notify.payload(rule, kind, out.value, out.detail, out.figure, now)
+    if closed_by:
+        payload["closed_by"] = closed_by
+    chans = rule.channels.all() if channel_ids is None else Channel.objects.filter(
+        id__in=channel_ids)
     n = 0
-    for ch in rule.channels.filter(disabled_at__isnull=True):
+    for ch in chans.filter(disabled_at__isnull=True):
         if kind == NotificationKind.RESOLVED and not ch.send_resolved:
             continue
         key = f"ev{event.id}:ch{ch.id}" if event else \
@@ -328,3 +349,74 @@ def enqueue(rule: Rule, kind: str, event: RuleEvent | None, out: Outcome,
                                       "kind": kind, "payload": payload})
         n += created
     return n
+
+
+# --- changes people make -------------------------------------------------------------------------
+
+# What makes a rule a different alert: the receiver's incident is about this KPI, this scope,
+# this direction. Levels, windows and timings are the same alert, judged again.
+IDENTITY = ("kind", "kpi", "host_id", "gpu_id", "workload_id", "direction")
+
+
+def close(rule: Rule, now: dt.datetime, why: str, closed_by: str,
+          channel_ids: list[int] | None = None) -> bool:
+    """Send "resolved" for a notified firing episode that ends because of what someone did,
+    not because the figure cleared. Returns whether one was owed."""
+    if rule.state not in FIRING_STATES or not rule.episode_notified:
+        return False
+    event = RuleEvent.objects.create(rule_id=rule.id, at=now, from_state=rule.state,
+                                     to_state=State.OK, value=rule.last_value, detail=why)
+    enqueue(rule, NotificationKind.RESOLVED, event,
+            Outcome(CLEAR, rule.last_value, why), now, closed_by, channel_ids)
+    return True
+
+
+def _reset(rule: Rule, now: dt.datetime) -> None:
+    rule.state, rule.state_since, rule.episode_notified = State.OK, now, False
+    rule.save(update_fields=["state", "state_since", "episode_notified"])
+
+
+def after_edit(before: Rule, rule: Rule, before_channels: list[int],
+               now: dt.datetime) -> None:
+    """Called (inside the save's transaction, with the row locked) after a rule was changed:
+    close what the change ends, then judge the new definition at once."""
+    if not rule.enabled:
+        close(before, now, "the rule was disabled: this alert is closed", "disabled",
+              before_channels)
+        _reset(rule, now)
+        return
+    if any(getattr(before, k) != getattr(rule, k) for k in IDENTITY):
+        close(before, now, f"the rule was changed to watch something else (now: "
+              f"{rule.kpi or 'hosts reporting'} {rule.direction} for {rule.scope_label}): this "
+              "alert is closed, and a new one opens if the new condition holds", "changed",
+              before_channels)
+        _reset(rule, now)
+    else:
+        removed = sorted(set(before_channels) - set(rule.channels.values_list("id", flat=True)))
+        if removed:
+            close(before, now, "this channel was removed from the rule: the alert is closed "
+                  "here", "changed", removed)
+    run(rule, now, edited=True)
+
+
+def reassess(rule_id: int, now: dt.datetime | None = None) -> Rule:
+    """Evaluate now, with the row locked against the beat's evaluation (a silence set or
+    lifted: the receiver hears at once, not at the next minute)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        rule = (Rule.objects.select_for_update(of=("self",))
+                .select_related("team", "host", "gpu__host", "workload").get(id=rule_id))
+        if rule.enabled:
+            run(rule, now)
+    return rule
+
+
+def delete(rule_id: int, now: dt.datetime | None = None) -> None:
+    """Delete a rule; a notified firing alert is resolved first (its notification outlives
+    the rule: Notification.rule is SET_NULL)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        rule = (Rule.objects.select_for_update(of=("self",))
+                .select_related("team", "host", "gpu__host", "workload").get(id=rule_id))
+        close(rule, now, "the rule was deleted: this alert is closed", "deleted")
+        rule.delete()

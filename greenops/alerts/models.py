@@ -52,6 +52,9 @@ class Channel(models.Model):
     last_error = models.CharField(max_length=500, blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
     last_delivery_at = models.DateTimeField(null=True, blank=True)
+    # The address the admin used when saving the channel ("https://greenops.example.com"):
+    # links in its messages are absolute with it when SITE_URL is unset.
+    site_url = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -179,6 +182,9 @@ class Rule(models.Model):
     budget_forecast = models.BooleanField(default=True)
     forecast_min_days = models.PositiveIntegerField(default=7)
     stopped_minutes = models.PositiveIntegerField(default=10)
+    # No data means the source stopped: no samples from the rule's hosts for this long. An
+    # empty window while they report (a day that just began) holds the state instead.
+    nodata_grace_minutes = models.PositiveIntegerField(default=60)
     for_minutes = models.PositiveIntegerField(default=5)
     keep_firing_minutes = models.PositiveIntegerField(default=0)
     no_data = models.CharField(max_length=6, choices=NoDataPolicy.choices,
@@ -305,7 +311,8 @@ class NotificationStatus(models.TextChoices):
 
 class Notification(models.Model):
     channel = models.ForeignKey(Channel, models.CASCADE, related_name="notifications")
-    rule = models.ForeignKey(Rule, models.CASCADE, null=True, blank=True,
+    # SET_NULL: the "resolved" sent when a firing rule is deleted outlives the rule.
+    rule = models.ForeignKey(Rule, models.SET_NULL, null=True, blank=True,
                              related_name="notifications")
     event = models.ForeignKey(RuleEvent, models.SET_NULL, null=True, blank=True,
                               related_name="notifications")
@@ -317,10 +324,26 @@ class Notification(models.Model):
                               default=NotificationStatus.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     next_attempt_at = models.DateTimeField(default=timezone.now)  # retries back off
-    error = models.CharField(max_length=500, blank=True)
+    error = models.CharField(max_length=500, blank=True)  # secrets redacted
+    error_class = models.CharField(max_length=80, blank=True)  # e.g. TransportError
     created_at = models.DateTimeField(default=timezone.now)
     sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["channel", "status"], name="alert_notif_chan_status")]
+
+
+class EmailAddress(models.Model):
+    """An address outside the team that may receive its alert e-mail once someone clicked the
+    link sent to it (team members' own addresses need no confirmation)."""
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="alert_addresses")
+    address = models.EmailField()
+    token = models.CharField(max_length=64, unique=True)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "address"],
+                                               name="alert_email_address")]

@@ -6,16 +6,19 @@ alerts-as-code files write it: `host` (host name), `gpu` ("host-name:index"), `w
 
 from __future__ import annotations
 
-from django.db import transaction
+import copy
+import datetime as dt
 
-from greenops.alerts import figures
+from django.db import transaction
+from django.utils import timezone
+
+from greenops.alerts import evaluate, figures
 from greenops.alerts.models import (
     Channel,
     Direction,
     NoDataPolicy,
     Rule,
     RuleKind,
-    State,
 )
 from greenops.errors import invalid
 from greenops.teams.models import Team
@@ -216,22 +219,30 @@ def clean(team: Team, data: dict) -> tuple[dict, list[Channel]]:
     return out, _channels(team, data)
 
 
-def save(team: Team, data: dict, rule: Rule | None = None, user=None) -> Rule:
-    """Create or change a rule. A change to what a rule watches starts it again from OK."""
+def save(team: Team, data: dict, rule: Rule | None = None, user=None,
+         now: dt.datetime | None = None) -> Rule:
+    """Create or change a rule, then judge it at once against its definition. A change never
+    silently drops state: what it ends is resolved at the receiver (evaluate.after_edit)."""
     fields, chans = clean(team, data)
+    now = now or timezone.now()
     with transaction.atomic():
+        before, before_channels = None, []
         if rule is None:
             rule = Rule(team=team, created_by=user)
-        watched = ("kind", "kpi", "window", "host", "gpu", "workload", "direction",
-                   "fire_level", "clear_level")
-        changed = rule.pk and any(getattr(rule, k) != v for k, v in fields.items()
-                                  if k in watched)
+        else:  # lock against the beat's evaluation, and read the state it wrote last
+            rule = (Rule.objects.select_for_update(of=("self",))
+                    .select_related("team", "host", "gpu__host", "workload").get(id=rule.id))
+            before = copy.copy(rule)
+            before_channels = list(rule.channels.values_list("id", flat=True))
         for k, v in fields.items():
             setattr(rule, k, v)
-        if changed:
-            rule.state, rule.episode_notified = State.OK, False
         rule.save()
         rule.channels.set(chans)
+        if before is None:
+            if rule.enabled:
+                evaluate.run(rule, now)
+        else:
+            evaluate.after_edit(before, rule, before_channels, now)
     return rule
 
 

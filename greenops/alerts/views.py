@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from greenops.alerts import channels, figures, notify, rules
+from greenops.alerts import channels, evaluate, figures, notify, rules
 from greenops.alerts.models import (
     Channel,
     ChannelKind,
@@ -137,7 +137,7 @@ def rule_detail(request: HttpRequest, team: Team, rule_id: int) -> HttpResponse:
 @team_permission("alerts.manage")
 def rule_delete(request: HttpRequest, team: Team, rule_id: int) -> HttpResponse:
     rule = get_object_or_404(Rule, team=team, id=rule_id)
-    rule.delete()
+    evaluate.delete(rule.id)
     messages.success(request, f"Deleted “{rule.name}”.")
     return redirect("alert-list", team.slug)
 
@@ -161,6 +161,7 @@ def rule_silence(request: HttpRequest, team: Team, rule_id: int) -> HttpResponse
         return HttpResponse("hours: one of 0, 1, 4, 24, 168", status=400,
                             content_type="text/plain")
     rule.save(update_fields=["silenced_until"])
+    evaluate.reassess(rule.id)  # a silence closes a firing alert at the receiver now
     return redirect("alert-rule", team.slug, rule.id)
 
 
