@@ -79,3 +79,15 @@ class Receiver:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class RaisingEmailBackend:
+    """EMAIL_BACKEND for a test: raises `RaisingEmailBackend.exc` on send."""
+
+    exc: Exception = RuntimeError("set RaisingEmailBackend.exc")
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def send_messages(self, messages) -> int:
+        raise type(self).exc

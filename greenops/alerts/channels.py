@@ -99,8 +99,9 @@ class Email(Transport):
 
     def send(self, message: Message) -> None:
         to = [a.strip() for a in self.channel.target.split(",")]
+        subject = " ".join(message.title.split())  # a line break in a rule name is not a header
         try:
-            EmailMessage(message.title, message.text, settings.DEFAULT_FROM_EMAIL, to).send()
+            EmailMessage(subject, message.text, settings.DEFAULT_FROM_EMAIL, to).send()
         except smtplib.SMTPRecipientsRefused as exc:
             raise TransportError(f"recipients refused: {exc.recipients}", permanent=True) from None
         except (smtplib.SMTPException, OSError) as exc:

@@ -244,9 +244,12 @@ def observe(rule: Rule, now: dt.datetime) -> Outcome:
     """What the rule sees now, errors included: one broken rule must not stop the others."""
     tz = figures.team_tz(rule.team)
     try:
-        out = KINDS[rule.kind](rule, figures.Scope.of(rule), now, tz)
+        # A savepoint: a database error (a cancelled query, a statement timeout) rolls back to
+        # here and leaves the evaluation's transaction usable, so the Error state is written.
+        with transaction.atomic():
+            out = KINDS[rule.kind](rule, figures.Scope.of(rule), now, tz)
     except Exception as exc:  # shown on the rule's page; the other rules carry on
-        return Outcome(ERROR, None, f"{type(exc).__name__}: {exc}")
+        return Outcome(ERROR, None, f"{type(exc).__name__}: {str(exc).strip()}"[:1000])
     if out.figure.get("simulated") and not rule.include_simulated and out.condition != NODATA:
         return Outcome(NODATA, None, "the figure includes simulated data and this rule "
                        "ignores simulated data", out.figure)
@@ -420,3 +423,11 @@ def delete(rule_id: int, now: dt.datetime | None = None) -> None:
                 .select_related("team", "host", "gpu__host", "workload").get(id=rule_id))
         close(rule, now, "the rule was deleted: this alert is closed", "deleted")
         rule.delete()
+
+
+def give_back(rule_id: int, tick: dt.datetime, previous: dt.datetime | None,
+              exc: BaseException) -> None:
+    """An evaluation whose write failed: release its minute (the next message retries it)
+    and write the error where the rule's page shows it, instead of losing both."""
+    Rule.objects.filter(id=rule_id, last_tick=tick).update(
+        last_tick=previous, last_error=f"{type(exc).__name__}: {str(exc).strip()}"[:1000])

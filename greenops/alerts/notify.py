@@ -9,15 +9,21 @@ delivery task finds nothing pending and sends nothing.
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import random
+import re
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.mail import BadHeaderError
 from django.db import transaction
 from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from greenops.alerts import channels, figures
+from greenops.alerts import channels, crypto, figures
 from greenops.alerts.models import (
     Channel,
     Notification,
@@ -27,6 +33,7 @@ from greenops.alerts.models import (
     RuleKind,
 )
 
+log = logging.getLogger(__name__)
 TAGS = {NotificationKind.FIRING: "FIRING", NotificationKind.RESOLVED: "RESOLVED",
         NotificationKind.REPEAT: "STILL FIRING", NotificationKind.NODATA: "NO DATA",
         NotificationKind.ERROR: "ERROR", NotificationKind.TEST: "TEST"}
@@ -95,9 +102,49 @@ def render(team_name: str, payloads: list[dict]) -> channels.Message:
     return channels.Message(title, text, doc)
 
 
-def backoff(attempts: int) -> dt.timedelta:
-    """30 s, 1 min, 2 min, 4 min ... capped at an hour."""
-    return dt.timedelta(seconds=min(30 * 2 ** max(attempts - 1, 0), 3600))
+def backoff(attempts: int, rand: Callable[[], float] = random.random) -> dt.timedelta:
+    """30 s, 1 min, 2 min, 4 min ... capped at an hour, each scaled by a random 50-100 %
+    ("equal jitter"): a receiver that was down for everyone is not hit by every team's retry
+    in the same second when it comes back."""
+    full = min(30 * 2 ** max(attempts - 1, 0), 3600)
+    return dt.timedelta(seconds=full * (0.5 + rand() / 2))
+
+
+URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+", re.I)
+
+
+def redact(text: str, channel: Channel) -> str:
+    """An error message fit for the page: the channel's target and secret, and any URL (an
+    apprise URL carries tokens), replaced by their masked form."""
+    secrets = []
+    for attr in ("target", "secret"):
+        try:
+            secrets.append(getattr(channel, attr))
+        except ValueError:  # cannot decrypt: then it cannot leak either
+            pass
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(secret, crypto.mask(secret))
+    return URL.sub(lambda m: crypto.mask(m.group(0)), text)
+
+
+@dataclass
+class Failure:
+    error_class: str
+    message: str
+    retry: bool = True  # False: these notifications fail now
+    disable: bool = False  # True: the channel cannot work until someone fixes it
+
+
+def failure(exc: BaseException, channel: Channel) -> Failure:
+    """What a send's exception means for the notifications and the channel."""
+    if isinstance(exc, channels.TransportError):
+        return Failure("TransportError", exc.message, not exc.permanent, exc.permanent)
+    if isinstance(exc, crypto.KeyChanged):
+        return Failure("KeyChanged", f"{exc}: re-enter the channel's target", False, True)
+    if isinstance(exc, BadHeaderError):
+        return Failure("BadHeaderError", "the e-mail could not be built (a header has a line "
+                       f"break): {redact(str(exc), channel)}", retry=False)
+    return Failure(type(exc).__name__, redact(f"{exc}", channel) or type(exc).__name__)
 
 
 def _claim(channel: Channel, ids: list[int] | None, now: dt.datetime) -> list[Notification]:
@@ -130,23 +177,23 @@ def deliver(channel: Channel, ids: list[int] | None = None,
                         f"notification{'s' if len(rows) != 1 else ''} · {channel.team.name}"
     try:
         channels.transport_for(channel).send(message)
-    except channels.TransportError as exc:
+    except Exception as exc:  # every failure is recorded on the rows, none escapes the worker
+        f = failure(exc, channel)
+        log.warning("channel %s: %s: %s", channel.id, f.error_class, f.message)
         attempts = rows[0].attempts + 1
-        error = exc.message[:500]
-        if exc.permanent:
+        error = f.message[:500]
+        if f.disable:
             channel.disable(error)
-            Notification.objects.filter(id__in=ids).update(status=NotificationStatus.FAILED,
-                                                           error=error)
-        else:
-            retry = attempts < settings.ALERTS_MAX_ATTEMPTS and not any(
-                n.kind == NotificationKind.TEST for n in rows)
-            Notification.objects.filter(id__in=ids).update(
-                status=NotificationStatus.PENDING if retry else NotificationStatus.FAILED,
-                error=error, next_attempt_at=now + backoff(attempts))
-            Channel.objects.filter(id=channel.id).update(last_error=error, last_error_at=now)
+        retry = f.retry and attempts < settings.ALERTS_MAX_ATTEMPTS and not any(
+            n.kind == NotificationKind.TEST for n in rows)
+        Notification.objects.filter(id__in=ids).update(
+            status=NotificationStatus.PENDING if retry else NotificationStatus.FAILED,
+            error=error, error_class=f.error_class[:80], next_attempt_at=now + backoff(attempts))
+        Channel.objects.filter(id=channel.id).update(last_error=error, last_error_at=now)
     else:
         Notification.objects.filter(id__in=ids).update(status=NotificationStatus.SENT,
-                                                       sent_at=timezone.now(), error="")
+                                                       sent_at=timezone.now(), error="",
+                                                       error_class="")
         done = {"last_delivery_at": timezone.now()}
         if digest:
             done["last_digest_at"] = now

@@ -165,6 +165,8 @@ def clean(team: Team, data: dict) -> tuple[dict, list[Channel]]:
         raise invalid("name", "give the rule a name")
     if len(name) > 120:
         raise invalid("name", "at most 120 characters")
+    if any(c < " " for c in name):
+        raise invalid("name", "one line, without tabs or line breaks")
     kind = _choice(data, "kind", list(RuleKind.values), default="")
     out: dict = {"name": name, "kind": kind, **_scope(team, data)}
     out["direction"] = _choice(data, "direction", list(Direction.values))
