@@ -37,6 +37,9 @@ from greenops.alerts.models import (
 )
 
 BREACH, HOLD, CLEAR, NODATA, ERROR = "breach", "hold", "clear", "nodata", "error"
+# Nothing to judge yet, and nothing wrong: a calendar window in its first hour, or a window
+# without a figure while the rule's hosts still report. The state and its age stay as they are.
+KEEP = "keep"
 # 80 % two-sided interval of a normal distribution: the forecast says "likely between".
 FORECAST_Z = 1.2816
 
@@ -56,6 +59,8 @@ class Outcome:
 def next_state(state: str, since: dt.datetime, condition: str, now: dt.datetime,
                for_s: float, keep_s: float) -> tuple[str, dt.datetime]:
     """(new state, its since) for one evaluation's condition."""
+    if condition == KEEP:
+        return state, since
     if condition == NODATA:
         return (state, since) if state == State.NODATA else (State.NODATA, now)
     if condition == ERROR:
@@ -115,20 +120,71 @@ def _fmt(v: float | None, unit: str = "") -> str:
 
 # --- what each kind sees ------------------------------------------------------------------------
 
+# Reasons a figure is unknown because nothing was measured in its window (figures.figure):
+# only these can mean the source stopped. Any other reason (no price for a host) is an unknown
+# figure in a window with data, and is No data with that reason.
+EMPTY = ("no measurements in the window", "no GPU-hours measured in the window",
+         "no inferences counted in the window", "the window has not started yet")
+
+
+def no_figure(rule: Rule, scope: figures.Scope, now: dt.datetime, reason: str,
+              fig: dict) -> Outcome:
+    """A window without a figure. For an empty window, No data means the source stopped: no
+    samples from the rule's hosts for its grace period. While a host still reports, the rule
+    keeps its state (its window may simply not hold a finished hour of samples yet)."""
+    if not any(reason.endswith(e) for e in EMPTY):
+        return Outcome(NODATA, None, reason, fig)
+    grace = rule.nodata_grace_minutes
+    seen = figures.hosts_last_seen(scope)
+    live = [name for name, t in seen if t is not None and now - t <= dt.timedelta(minutes=grace)]
+    if live:
+        return Outcome(KEEP, None, f"{reason}; {', '.join(live[:3])}"
+                       f"{' and others' if len(live) > 3 else ''} reported in the last {grace} "
+                       "min, so this is not No data: the rule keeps its state", fig)
+    if not seen:
+        return Outcome(NODATA, None, f"{reason}; no host in the rule's scope", fig)
+    names = ", ".join(name for name, _ in seen[:3]) + (" and others" if len(seen) > 3 else "")
+    return Outcome(NODATA, None, f"{reason}; no samples from {names} for over {grace} min",
+                   fig)
+
+
+def _calendar_start(rule: Rule, now: dt.datetime, tz) -> Outcome | None:
+    """A "today" or "this month" rule in the first hour of its period: nothing to judge and
+    nothing missing. Keeps the state (no NO DATA at every local midnight)."""
+    if rule.window not in ("day", "month"):
+        return None
+    part = figures.calendar(rule.window, now, tz)
+    if part.so_far is not None:
+        return None
+    began = part.start.astimezone(tz)
+    return Outcome(KEEP, None, f"{figures.WINDOWS[rule.window][0]}: the period began at "
+                   f"{began:%Y-%m-%d %H:%M %Z} and its first whole hour has not ended; the "
+                   "rule keeps its state", {"start": part.start.isoformat(),
+                                            "end": part.end.isoformat(),
+                                            "coverage": part.coverage()})
+
+
 def _threshold(rule: Rule, scope: figures.Scope, now: dt.datetime, tz) -> Outcome:
+    early = _calendar_start(rule, now, tz)
+    if early is not None:
+        return early
     start, end = figures.window_bounds(rule.window, now, tz)
     f = figures.figure(scope, rule.kpi, start, end)
+    fig = f.as_json()
+    if rule.window in ("day", "month"):
+        fig["coverage"] = figures.calendar(rule.window, now, tz).coverage()
     if f.value is None:
-        return Outcome(NODATA, None, f.reason, f.as_json())
+        return no_figure(rule, scope, now, f.reason, fig)
     if figures.KPIS[rule.kpi].per_inference and f.requests < rule.min_requests:
         return Outcome(NODATA, None, f"{f.requests} inferences in the window, under the "
-                       f"rule's minimum of {rule.min_requests}", f.as_json())
+                       f"rule's minimum of {rule.min_requests}", fig)
     cond = compare(f.value, rule.direction, rule.fire_level, rule.effective_clear_level())
     clear = rule.effective_clear_level()
+    covered = f" ({fig['coverage']['text']})" if "coverage" in fig else ""
     detail = (f"{figures.KPIS[rule.kpi].label} {_fmt(f.value, f.unit)} over the "
-              f"{figures.WINDOWS[rule.window][0]}; fires {rule.direction} "
+              f"{figures.WINDOWS[rule.window][0]}{covered}; fires {rule.direction} "
               f"{_fmt(rule.fire_level, f.unit)}, clears at {_fmt(clear, f.unit)}")
-    return Outcome(cond, f.value, detail, f.as_json())
+    return Outcome(cond, f.value, detail, fig)
 
 
 def change_pct(current: float, baseline: float) -> float:
@@ -143,8 +199,8 @@ def _change(rule: Rule, scope: figures.Scope, now: dt.datetime, tz) -> Outcome:
     fig = {**cur.as_json(), "baseline": base.as_json()}
     if cur.value is None or base.value is None:
         which = "current window" if cur.value is None else "baseline window"
-        return Outcome(NODATA, None, f"{which}: {(cur if cur.value is None else base).reason}",
-                       fig)
+        return no_figure(rule, scope, now,
+                         f"{which}: {(cur if cur.value is None else base).reason}", fig)
     # The volume floor applies to both windows: a quiet hour's ratio is noise, not a trend.
     low = min(cur.requests, base.requests)
     if rule.min_requests and low < rule.min_requests:
@@ -193,10 +249,14 @@ def days_in_month(now: dt.datetime, tz) -> int:
 def _budget(rule: Rule, scope: figures.Scope, now: dt.datetime, tz) -> Outcome:
     start, end = figures.window_bounds("month", now, tz)
     unit = figures.KPIS[rule.kpi].unit
-    actual = figures.figure(scope, rule.kpi, start, end)
+    if end <= start:  # the month's first hour: nothing spent in a whole hour yet
+        actual = figures.Figure(rule.kpi, 0.0, start, end)
+    else:
+        actual = figures.figure(scope, rule.kpi, start, end)
     fig = actual.as_json()
+    fig["coverage"] = figures.calendar("month", now, tz).coverage()
     if actual.value is None and actual.reason != "no measurements in the window":
-        return Outcome(NODATA, None, actual.reason, fig)
+        return no_figure(rule, scope, now, actual.reason, fig)
     spent = actual.value or 0.0  # nothing measured this month yet is a real 0 spent
     budget = rule.fire_level
     parts = [f"{figures.KPIS[rule.kpi].label} this month {_fmt(spent, unit)} of a "
@@ -305,7 +365,9 @@ def run(rule: Rule, now: dt.datetime | None = None, edited: bool = False) -> Rul
                 detail=out.detail, figure=out.figure, muted=muted if kind else "")
         RuleValue.objects.create(rule=rule, at=now, value=out.value)
         rule.state, rule.state_since = new, new_since
-        rule.last_value, rule.last_detail, rule.last_evaluated_at = out.value, out.detail, now
+        if out.condition != KEEP:
+            rule.last_value = out.value
+        rule.last_detail, rule.last_evaluated_at = out.detail, now
         rule.last_error = out.detail if out.condition == ERROR else ""
         fields = ["state", "state_since", "last_value", "last_detail", "last_evaluated_at",
                   "last_error"]

@@ -28,11 +28,13 @@ from greenops.workloads.models import Workload
 ROLLING = ("1h", "6h", "24h", "7d")
 INT_LIMITS = {  # field -> (min, max)
     "baseline_days": (1, 90), "min_requests": (0, 10**9), "forecast_min_days": (1, 27),
-    "stopped_minutes": (1, 7 * 1440), "for_minutes": (0, 1440),
+    "stopped_minutes": (1, 7 * 1440), "nodata_grace_minutes": (1, 7 * 1440),
+    "for_minutes": (0, 1440),
     "keep_firing_minutes": (0, 1440), "repeat_minutes": (0, 7 * 1440),
 }
 DEFAULTS = {"window": "1h", "direction": Direction.ABOVE, "baseline_days": 7, "min_requests": 0,
             "budget_forecast": True, "forecast_min_days": 7, "stopped_minutes": 10,
+            "nodata_grace_minutes": 60,
             "for_minutes": 5, "keep_firing_minutes": 0, "no_data": NoDataPolicy.NODATA,
             "include_simulated": False, "repeat_minutes": 240, "enabled": True}
 
@@ -260,6 +262,7 @@ def as_dict(rule: Rule) -> dict:
         "clear_level": rule.clear_level, "baseline_days": rule.baseline_days,
         "min_requests": rule.min_requests, "budget_forecast": rule.budget_forecast,
         "forecast_min_days": rule.forecast_min_days, "stopped_minutes": rule.stopped_minutes,
+        "nodata_grace_minutes": rule.nodata_grace_minutes,
         "for_minutes": rule.for_minutes, "keep_firing_minutes": rule.keep_firing_minutes,
         "no_data": rule.no_data, "include_simulated": rule.include_simulated,
         "channels": [c.name for c in rule.channels.all()],
