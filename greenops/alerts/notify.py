@@ -243,18 +243,24 @@ def live_payloads(channel: Channel, now: dt.datetime) -> list[dict]:
              "explains": absolute(reverse("carbon-methodology")), "at": now.isoformat()}]
 
 
-def send_test(channel: Channel) -> Notification:
-    """A real message through the real transport, now; the row records how it went. A test
-    may go to a disabled channel: that is how someone checks a fix before enabling it."""
+def queue_test(channel: Channel) -> list[int]:
+    """"Send test", the part a page does: write the test messages (live figures read from
+    this database, no remote call) as pending rows; a task sends them (tasks.send_test)."""
     now = timezone.now()
-    rows = [Notification.objects.create(
+    return [Notification.objects.create(
         channel=channel, kind=NotificationKind.TEST, payload=p,
-        dedupe_key=f"test:{uuid.uuid4().hex}") for p in live_payloads(channel, now)]
-    ids = [n.id for n in rows]
+        dedupe_key=f"test:{uuid.uuid4().hex}").id for p in live_payloads(channel, now)]
+
+
+def send_test(channel: Channel, ids: list[int] | None = None) -> Notification:
+    """A real message through the real transport; the row records how it went. A test may go
+    to a disabled channel: that is how someone checks a fix before enabling it. Runs in a
+    worker: no web request waits on a remote server."""
+    ids = ids if ids is not None else queue_test(channel)
     was_disabled = not channel.enabled
     if was_disabled:
         channel.disabled_at = None  # this send only; the row in the database stays disabled
-    deliver(channel, ids, now)
+    deliver(channel, ids, timezone.now())
     if was_disabled:
         channel.refresh_from_db()
     return Notification.objects.filter(id__in=ids).order_by("id").first()

@@ -82,6 +82,16 @@ def deliver_channel(channel_id: int) -> int:
 
 
 @shared_task
+def send_test(channel_id: int, notification_ids: list[int]) -> str:
+    """"Send test" from the channels page: the page answered at once and polls the row."""
+    channel = Channel.objects.select_related("team").filter(id=channel_id).first()
+    if channel is None:
+        return "gone"
+    row = notify.send_test(channel, notification_ids)
+    return row.status if row else "gone"
+
+
+@shared_task
 @single_flight
 def prune_values(keep_days: int | None = None) -> int:
     days = keep_days or settings.ALERTS_KEEP_VALUES_DAYS

@@ -4,15 +4,18 @@ permission check, one domain call, render."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from greenops.alerts import channels, evaluate, figures, notify, rules
+from greenops.alerts import channels, evaluate, figures, notify, rules, tasks
 from greenops.alerts.models import (
     Channel,
     ChannelKind,
@@ -29,6 +32,7 @@ from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry.models import Gpu
 
+log = logging.getLogger(__name__)
 WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 
@@ -177,8 +181,14 @@ def _channels_page(request: HttpRequest, team: Team, *, error: FieldError | None
     last = {}
     for ch in chans:
         last[ch.id] = ch.notifications.first()
+    test = None
+    if request.GET.get("test", "").isdigit():
+        row = Notification.objects.select_related("channel").filter(
+            channel__team=team, kind="test", id=int(request.GET["test"])).first()
+        if row is not None:
+            test = {"row": row, **test_status(row)}
     return render(request, "alerts/channels.html", {
-        "team": team, "channels": [(c, last[c.id]) for c in chans],
+        "team": team, "channels": [(c, last[c.id]) for c in chans], "test": test,
         "kinds": ChannelKind.choices, "digests": Digest.choices,
         "error": error, "d": data or {"kind": "email", "send_resolved": True},
         "new_secret": new_secret, "created": created,
@@ -207,13 +217,39 @@ def channel_new(request: HttpRequest, team: Team) -> HttpResponse:
 @require_POST
 @team_permission("channels.manage")
 def channel_test(request: HttpRequest, team: Team, channel_id: int) -> HttpResponse:
+    """Writes the test rows and hands the send to a worker: the page answers at once and
+    shows the result when it arrives (a receiver that takes 10 s holds no web worker)."""
     ch = get_object_or_404(Channel.objects.select_related("team"), team=team, id=channel_id)
-    row = notify.send_test(ch)
-    if row.status == "sent":
-        messages.success(request, f"Test sent to {ch.name} with live figures.")
+    ids = notify.queue_test(ch)
+
+    def hand_over() -> None:
+        try:
+            tasks.send_test.delay(ch.id, ids)
+        except Exception:  # broker down: the rows stay pending and beat's delivery sends them
+            log.warning("send test for channel %s not queued", ch.id, exc_info=True)
+
+    transaction.on_commit(hand_over)
+    return redirect(f"{reverse('alert-channels', args=[team.slug])}?test={ids[0]}")
+
+
+@team_permission("team.view")
+def channel_test_status(request: HttpRequest, team: Team, channel_id: int,
+                        notification_id: int) -> JsonResponse:
+    n = get_object_or_404(Notification, channel__team=team, channel_id=channel_id,
+                          id=notification_id, kind="test")
+    return JsonResponse(test_status(n))
+
+
+def test_status(n: Notification) -> dict:
+    done = n.status in ("sent", "failed")
+    if n.status == "sent":
+        text = f"Test sent to {n.channel.name} with live figures."
+    elif n.status == "failed":
+        text = f"Test to {n.channel.name} failed: {n.error}"
     else:
-        messages.error(request, f"Test to {ch.name} failed: {row.error}")
-    return redirect("alert-channels", team.slug)
+        text = f"Test to {n.channel.name}: sending…"
+    return {"status": n.status, "done": done, "text": text, "error": n.error or None,
+            "error_class": n.error_class or None}
 
 
 @require_POST
