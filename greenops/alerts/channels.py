@@ -205,8 +205,10 @@ class Apprise(Transport):
             raise TransportError(f"apprise: {outbound.UNREACHABLE}")
 
 
-def create(team: Team, data: dict) -> tuple[Channel, str]:
-    """Validate and store a channel; returns it and, for a webhook, its new signing secret."""
+def create(team: Team, data: dict, site_url: str = "") -> tuple[Channel, str]:
+    """Validate and store a channel; returns it and, for a webhook, its new signing secret.
+    `site_url`: the address the admin used ("https://host/"), for absolute links in its
+    messages when SITE_URL is unset."""
     name = str(data.get("name") or "").strip()
     if not name or len(name) > 100:
         raise invalid("name", "give the channel a name (at most 100 characters)")
@@ -227,7 +229,7 @@ def create(team: Team, data: dict) -> tuple[Channel, str]:
     if not 0 <= digest_hour <= 23:
         raise invalid("digest_hour", "must be an hour from 0 to 23")
     ch = Channel(team=team, name=name, kind=kind, send_resolved=bool(data.get("send_resolved")),
-                 digest=digest, digest_hour=digest_hour)
+                 digest=digest, digest_hour=digest_hour, site_url=site_url.rstrip("/")[:200])
     ch.set_target(target)
     secret = ""
     if kind == ChannelKind.WEBHOOK:

@@ -98,12 +98,16 @@ class Channel(models.Model):
         if not self.digest:
             return None
         local = now.astimezone(self.team.tz)
-        slot = local.replace(hour=self.digest_hour, minute=0, second=0, microsecond=0)
-        if slot > local:
-            slot -= dt.timedelta(days=1)
+        day = local.date()
+        if local.hour < self.digest_hour:
+            day -= dt.timedelta(days=1)
         if self.digest == Digest.WEEKLY:
-            slot -= dt.timedelta(days=slot.weekday())  # back to Monday
-        return slot
+            day -= dt.timedelta(days=day.weekday())  # back to Monday
+        # One slot per local date: built from the date, the hour and fold=0, so the hour a
+        # clock change repeats (02:00 twice in autumn) gives one slot, not two, and the hour
+        # it skips (02:00 in spring) gives one too (at 03:00 summer time).
+        slot = dt.datetime(day.year, day.month, day.day, self.digest_hour, tzinfo=self.team.tz)
+        return slot.astimezone(dt.UTC)
 
     def digest_due(self, now: dt.datetime) -> bool:
         """Immediate channels always; digest channels once per slot since the last digest

@@ -43,6 +43,17 @@ def absolute(path: str) -> str:
     return settings.SITE_URL.rstrip("/") + path if settings.SITE_URL else path
 
 
+def with_links(p: dict, channel: Channel) -> dict:
+    """A payload whose links are absolute: SITE_URL when set (applied when it was written),
+    else the address the admin used when saving the channel. A receiver outside the site
+    cannot follow "/teams/..."."""
+    base = channel.site_url.rstrip("/")
+    if not base:
+        return p
+    return {**p, **{k: base + p[k] for k in ("url", "explains")
+                    if isinstance(p.get(k), str) and p[k].startswith("/")}}
+
+
 def payload(rule: Rule, kind: str, value: float | None, detail: str, figure: dict,
             now: dt.datetime) -> dict:
     """Everything a message says, frozen when the notification is written."""
@@ -171,7 +182,7 @@ def deliver(channel: Channel, ids: list[int] | None = None,
     if not rows:
         return []
     ids = [n.id for n in rows]
-    message = render(channel.team.name, [n.payload for n in rows])
+    message = render(channel.team.name, [with_links(n.payload, channel) for n in rows])
     if digest:
         message.title = f"{channel.get_digest_display()}: {len(rows)} alert " \
                         f"notification{'s' if len(rows) != 1 else ''} · {channel.team.name}"

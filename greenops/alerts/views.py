@@ -207,7 +207,7 @@ def channel_new(request: HttpRequest, team: Team) -> HttpResponse:
             "digest": request.POST.get("digest", ""),
             "digest_hour": request.POST.get("digest_hour", "")}
     try:
-        ch, secret = channels.create(team, data)
+        ch, secret = channels.create(team, data, site_url=request.build_absolute_uri("/"))
     except FieldError as exc:
         data.pop("target")  # never echo a credential back into the page
         return _channels_page(request, team, error=exc, data=data, status=400)
