@@ -6,7 +6,7 @@ import datetime as dt
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from greenops.alerts.models import Channel, Rule
+from greenops.alerts.models import Channel, EmailAddress, Rule
 from greenops.kpis.models import KpiRollup
 
 UTC = dt.UTC
@@ -25,10 +25,18 @@ def rollup(team, bucket: dt.datetime, workload=None, **fields) -> KpiRollup:
                                               bucket=bucket, defaults=fields)[0]
 
 
+def confirmed(team, address: str) -> EmailAddress:
+    """An address outside the team that clicked its confirmation link."""
+    return EmailAddress.objects.get_or_create(
+        team=team, address=address,
+        defaults={"token": f"tok-{address}", "confirmed_at": NOW})[0]
+
+
 def email_channel(team, name: str = "oncall", **kw) -> Channel:
     ch = Channel(team=team, name=name, kind="email", **kw)
     ch.set_target("oncall@example.com")
     ch.save()
+    confirmed(team, "oncall@example.com")
     return ch
 
 

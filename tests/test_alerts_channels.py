@@ -146,7 +146,8 @@ def test_resolved_messages_are_switchable_per_channel(team):
 
 
 def test_send_test_sends_live_figures(team, mailoutbox):
-    ch = channels.create(team, {"name": "mail", "kind": "email", "target": "a@example.com"})[0]
+    ch = channels.create(team, {"name": "mail", "kind": "email",
+                                "target": "member@example.com"})[0]  # a team member
     rollup(team, timezone.now().replace(minute=0, second=0, microsecond=0)
            - dt.timedelta(hours=2), gpu_energy_j=7.2e6)  # 2 kWh in the last 24 whole hours
     n = notify.send_test(ch)
@@ -182,7 +183,8 @@ def test_bad_channel_input_names_the_field(team, data, field):
 def test_daily_digest_waits_for_its_hour_in_the_team_time_zone(team, mailoutbox):
     team.time_zone = "Europe/Paris"
     team.save()
-    ch, _ = channels.create(team, {"name": "digest", "kind": "email", "target": "a@example.com",
+    ch, _ = channels.create(team, {"name": "digest", "kind": "email",
+                                   "target": "member@example.com",
                                    "digest": "daily", "digest_hour": 8})
     Channel.objects.filter(id=ch.id).update(created_at=NOW - dt.timedelta(days=2))
     ch.refresh_from_db()

@@ -28,9 +28,9 @@ from django.core.validators import URLValidator, validate_email
 from django.db import IntegrityError, transaction
 
 from greenops import outbound
-from greenops.alerts.models import Channel, ChannelKind, Digest
+from greenops.alerts.models import Channel, ChannelKind, Digest, EmailAddress
 from greenops.errors import invalid
-from greenops.teams.models import Team
+from greenops.teams.models import Membership, Team
 
 log = logging.getLogger(__name__)
 APPRISE_STATUS = re.compile(r"error=(\d{3})\b")
@@ -90,6 +90,8 @@ class Email(Transport):
         addresses = [a.strip() for a in target.split(",") if a.strip()]
         if not addresses:
             raise ValueError("give at least one e-mail address")
+        if len(addresses) > 10:
+            raise ValueError("at most 10 addresses per channel")
         for a in addresses:
             try:
                 validate_email(a)
@@ -98,7 +100,11 @@ class Email(Transport):
         return ", ".join(addresses)
 
     def send(self, message: Message) -> None:
-        to = [a.strip() for a in self.channel.target.split(",")]
+        wanted = [a.strip() for a in self.channel.target.split(",")]
+        to = allowed_recipients(self.channel.team, wanted)
+        if not to:
+            raise TransportError("no recipient may receive it yet: addresses outside the team "
+                                 "get alerts once they confirm through the link sent to them")
         subject = " ".join(message.title.split())  # a line break in a rule name is not a header
         try:
             EmailMessage(subject, message.text, settings.DEFAULT_FROM_EMAIL, to).send()
@@ -124,6 +130,33 @@ def refuse_literal(url: str) -> None:
         raise ValueError(f"{host} is a {decision.reason}: alerts are not sent inside the "
                          "network (an operator can allow a private range with "
                          "GREENOPS_OUTBOUND_ALLOW)")
+
+
+def member_addresses(team: Team) -> set[str]:
+    return {e.lower() for e in Membership.objects.filter(team=team).exclude(user__email="")
+            .values_list("user__email", flat=True)}
+
+
+def allowed_recipients(team: Team, addresses: list[str]) -> list[str]:
+    """The addresses alert e-mail may go to: team members' own, and addresses that confirmed
+    through the link sent to them. A team admin cannot make the server mail anyone."""
+    ok = member_addresses(team) | {a.lower() for a in EmailAddress.objects.filter(
+        team=team, confirmed_at__isnull=False).values_list("address", flat=True)}
+    return [a for a in addresses if a.lower() in ok]
+
+
+def needs_confirmation(team: Team, addresses: list[str]) -> list[EmailAddress]:
+    """EmailAddress rows (new or waiting) for the addresses that are not members'."""
+    members = member_addresses(team)
+    out = []
+    for a in addresses:
+        if a.lower() in members:
+            continue
+        row, _ = EmailAddress.objects.get_or_create(
+            team=team, address=a.lower(), defaults={"token": secrets.token_urlsafe(32)})
+        if row.confirmed_at is None:
+            out.append(row)
+    return out
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:

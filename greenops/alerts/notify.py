@@ -26,6 +26,7 @@ from django.utils import timezone
 from greenops.alerts import channels, crypto, figures
 from greenops.alerts.models import (
     Channel,
+    ChannelKind,
     Notification,
     NotificationKind,
     NotificationStatus,
@@ -178,6 +179,17 @@ def deliver(channel: Channel, ids: list[int] | None = None,
     digest = ids is None and bool(channel.digest)
     if digest and not channel.digest_due(now):
         return []
+    if channel.kind == ChannelKind.EMAIL and (held := email_cap_until(channel, now)):
+        # The team's hourly e-mail cap is reached: hold the due rows (not failed, not sent)
+        # until the oldest counted message is an hour old, and say so on them.
+        qs = Notification.objects.filter(channel=channel, status=NotificationStatus.PENDING)
+        qs = qs.filter(id__in=ids) if ids is not None else qs.filter(next_attempt_at__lte=now)
+        held_ids = list(qs.values_list("id", flat=True))
+        Notification.objects.filter(id__in=held_ids).update(
+            next_attempt_at=held, error_class="HourlyCap",
+            error=f"the team's cap of {settings.ALERTS_EMAIL_HOURLY_CAP} alert e-mails an "
+                  f"hour is reached; held until {held:%H:%M} UTC")
+        return list(Notification.objects.filter(id__in=held_ids))
     rows = _claim(channel, ids, now)
     if not rows:
         return []
@@ -212,6 +224,19 @@ def deliver(channel: Channel, ids: list[int] | None = None,
         for key, value in done.items():
             setattr(channel, key, value)
     return list(Notification.objects.filter(id__in=ids))
+
+
+def email_cap_until(channel: Channel, now: dt.datetime) -> dt.datetime | None:
+    """When the team may send alert e-mail again, or None if it may now. A message is the
+    rows one delivery sent together (same channel, same sent_at)."""
+    since = now - dt.timedelta(hours=1)
+    sent = sorted({(c, t) for c, t in Notification.objects.filter(
+        channel__team_id=channel.team_id, channel__kind=ChannelKind.EMAIL,
+        status=NotificationStatus.SENT, sent_at__gt=since)
+        .values_list("channel_id", "sent_at")}, key=lambda ct: ct[1])
+    if len(sent) < settings.ALERTS_EMAIL_HOURLY_CAP:
+        return None
+    return sent[len(sent) - settings.ALERTS_EMAIL_HOURLY_CAP][1] + dt.timedelta(hours=1)
 
 
 def due_channel_ids(now: dt.datetime | None = None) -> list[int]:

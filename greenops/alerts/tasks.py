@@ -82,6 +82,28 @@ def deliver_channel(channel_id: int) -> int:
 
 
 @shared_task
+def confirm_addresses(address_ids: list[int], site_url: str = "") -> int:
+    """Mail each address outside the team a link to confirm it wants the team's alerts."""
+    from django.core.mail import send_mail
+    from django.urls import reverse
+
+    from greenops.alerts.models import EmailAddress
+
+    base = (settings.SITE_URL or site_url).rstrip("/")
+    n = 0
+    for row in EmailAddress.objects.filter(id__in=address_ids, confirmed_at__isnull=True) \
+            .select_related("team"):
+        link = base + reverse("alert-email-confirm", args=[row.token])
+        send_mail(f"Confirm GreenOps alerts of {row.team.name}",
+                  f"A team admin of {row.team.name} asked GreenOps to send its alert e-mails "
+                  f"to {row.address}.\n\nTo receive them, open {link} and press Confirm.\n"
+                  "If you did not expect this, ignore this message: nothing will be sent.",
+                  settings.DEFAULT_FROM_EMAIL, [row.address])
+        n += 1
+    return n
+
+
+@shared_task
 def send_test(channel_id: int, notification_ids: list[int]) -> str:
     """"Send test" from the channels page: the page answered at once and polls the row."""
     channel = Channel.objects.select_related("team").filter(id=channel_id).first()

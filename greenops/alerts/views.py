@@ -21,6 +21,7 @@ from greenops.alerts.models import (
     ChannelKind,
     Digest,
     Direction,
+    EmailAddress,
     NoDataPolicy,
     Notification,
     Rule,
@@ -178,9 +179,16 @@ def _channels_page(request: HttpRequest, team: Team, *, error: FieldError | None
                    data: dict | None = None, new_secret: str = "", created: Channel | None = None,
                    status: int = 200) -> HttpResponse:
     chans = list(Channel.objects.filter(team=team))
-    last = {}
+    last, waiting = {}, {}
     for ch in chans:
         last[ch.id] = ch.notifications.first()
+        if ch.kind == ChannelKind.EMAIL:
+            try:
+                wanted = [a.strip() for a in ch.target.split(",")]
+            except ValueError:  # key changed: the page says so through the channel's error
+                wanted = []
+            ok = set(channels.allowed_recipients(team, wanted))
+            waiting[ch.id] = [a for a in wanted if a not in ok]
     test = None
     if request.GET.get("test", "").isdigit():
         row = Notification.objects.select_related("channel").filter(
@@ -188,7 +196,8 @@ def _channels_page(request: HttpRequest, team: Team, *, error: FieldError | None
         if row is not None:
             test = {"row": row, **test_status(row)}
     return render(request, "alerts/channels.html", {
-        "team": team, "channels": [(c, last[c.id]) for c in chans], "test": test,
+        "team": team, "channels": [(c, last[c.id], waiting.get(c.id)) for c in chans],
+        "test": test,
         "kinds": ChannelKind.choices, "digests": Digest.choices,
         "error": error, "d": data or {"kind": "email", "send_resolved": True},
         "new_secret": new_secret, "created": created,
@@ -211,7 +220,23 @@ def channel_new(request: HttpRequest, team: Team) -> HttpResponse:
     except FieldError as exc:
         data.pop("target")  # never echo a credential back into the page
         return _channels_page(request, team, error=exc, data=data, status=400)
+    if ch.kind == ChannelKind.EMAIL:
+        waiting = [r.id for r in channels.needs_confirmation(team, ch.target.split(", "))]
+        if waiting:
+            _on_commit_task(tasks.confirm_addresses, waiting, ch.site_url)
     return _channels_page(request, team, new_secret=secret, created=ch)
+
+
+def _on_commit_task(task, *args) -> None:
+    """Queue a task once the request's transaction commits; a broker that is down is logged,
+    never a 500 (Redis is a broker, not a gate)."""
+    def hand_over() -> None:
+        try:
+            task.delay(*args)
+        except Exception:
+            log.warning("%s%r not queued", task.name, args, exc_info=True)
+
+    transaction.on_commit(hand_over)
 
 
 @require_POST
@@ -222,13 +247,8 @@ def channel_test(request: HttpRequest, team: Team, channel_id: int) -> HttpRespo
     ch = get_object_or_404(Channel.objects.select_related("team"), team=team, id=channel_id)
     ids = notify.queue_test(ch)
 
-    def hand_over() -> None:
-        try:
-            tasks.send_test.delay(ch.id, ids)
-        except Exception:  # broker down: the rows stay pending and beat's delivery sends them
-            log.warning("send test for channel %s not queued", ch.id, exc_info=True)
-
-    transaction.on_commit(hand_over)
+    # Broker down: the rows stay pending and beat's delivery sends them.
+    _on_commit_task(tasks.send_test, ch.id, ids)
     return redirect(f"{reverse('alert-channels', args=[team.slug])}?test={ids[0]}")
 
 
@@ -268,3 +288,14 @@ def channel_delete(request: HttpRequest, team: Team, channel_id: int) -> HttpRes
     ch.delete()
     messages.success(request, f"Deleted channel {ch.name}.")
     return redirect("alert-channels", team.slug)
+
+
+def confirm_email(request: HttpRequest, token: str) -> HttpResponse:
+    """The link in a confirmation e-mail: no login (the recipient may have no account); the
+    token is the secret. Confirming takes a button press, so a mail scanner that opens links
+    does not confirm for the recipient."""
+    row = get_object_or_404(EmailAddress.objects.select_related("team"), token=token)
+    if request.method == "POST" and row.confirmed_at is None:
+        row.confirmed_at = timezone.now()
+        row.save(update_fields=["confirmed_at"])
+    return render(request, "alerts/confirm.html", {"row": row})
