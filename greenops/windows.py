@@ -335,9 +335,14 @@ class CalendarSoFar:
         return self.so_far.end if self.so_far else self.period.start
 
     def coverage(self) -> dict:
-        """How much of the period the window covers, e.g. "measured 13 h of 24 h" (a DST
-        day has 23 or 25 hours)."""
-        return coverage(self.so_far.span_s if self.so_far else 0.0, self.period.span_s)
+        """How much of the period the window covers (time that has passed in whole steps,
+        not time measured): {"covered_s", "period_s", "share", "text"}, text e.g. "13 h of
+        24 h" (a DST day has 23 or 25 hours)."""
+        covered = self.so_far.span_s if self.so_far else 0.0
+        period = self.period.span_s
+        return {"covered_s": covered, "period_s": period, "share": covered / period,
+                "text": f"{_human_span(covered) if covered else '0 h'} of "
+                        f"{_human_span(period)}"}
 
 
 def calendar_so_far(unit: str, now: dt.datetime, tz_name: str = "UTC",

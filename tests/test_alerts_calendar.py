@@ -95,8 +95,8 @@ def test_the_first_hour_keeps_the_state_and_says_why(paris):
                                  "the rule keeps its state")
     # At 01:05 the window [00:00, 01:00) Paris = [23:00, 00:00) UTC holds one hour of 24.
     evaluate.run(below, at(2026, 11, 1, 0, 5))
-    assert below.last_detail.startswith("Energy per inference 3 J over the today so far (team "
-                                        "time zone) (measured 1 h of 24 h)")
+    assert below.last_detail.startswith("Energy per inference 3 J over today so far (team time "
+                                        "zone) (1 h of 24 h of the period)")
 
 
 def test_the_fall_back_day_has_25_hours(paris):
@@ -104,7 +104,7 @@ def test_the_fall_back_day_has_25_hours(paris):
     seed(paris, at(2026, 10, 24, 0), at(2026, 10, 26, 0))
     evaluate.run(day, at(2026, 10, 25, 12, 10))
     # Local midnight was 22:00 UTC on the 24th: 14 whole hours to 12:00 UTC, of 25.
-    assert "(measured 14 h of 25 h)" in day.last_detail
+    assert "(14 h of 25 h of the period)" in day.last_detail
 
 
 def make_host_seen(team, name: str, last_seen: dt.datetime) -> Host:

@@ -180,9 +180,9 @@ def _threshold(rule: Rule, scope: figures.Scope, now: dt.datetime, tz) -> Outcom
                        f"rule's minimum of {rule.min_requests}", fig)
     cond = compare(f.value, rule.direction, rule.fire_level, rule.effective_clear_level())
     clear = rule.effective_clear_level()
-    covered = f" ({fig['coverage']['text']})" if "coverage" in fig else ""
-    detail = (f"{figures.KPIS[rule.kpi].label} {_fmt(f.value, f.unit)} over the "
-              f"{figures.WINDOWS[rule.window][0]}{covered}; fires {rule.direction} "
+    covered = f" ({fig['coverage']['text']} of the period)" if "coverage" in fig else ""
+    detail = (f"{figures.KPIS[rule.kpi].label} {_fmt(f.value, f.unit)} over "
+              f"{figures.over(rule.window)}{covered}; fires {rule.direction} "
               f"{_fmt(rule.fire_level, f.unit)}, clears at {_fmt(clear, f.unit)}")
     return Outcome(cond, f.value, detail, fig)
 

@@ -84,6 +84,12 @@ def window_bounds(key: str, now: dt.datetime, tz: dt.tzinfo) -> tuple[dt.datetim
     return part.start, part.end
 
 
+def over(key: str) -> str:
+    """The window as words after "over": "the last whole hour", "today so far (...)"."""
+    label = WINDOWS[key][0]
+    return label if key in ("day", "month") else f"the {label}"
+
+
 def calendar(key: str, now: dt.datetime, tz: dt.tzinfo) -> windows.CalendarSoFar:
     return windows.calendar_so_far(key, now, getattr(tz, "key", "UTC"))
 
