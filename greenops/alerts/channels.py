@@ -127,9 +127,10 @@ def refuse_literal(url: str) -> None:
         return
     decision = outbound.decide(host)
     if not decision.allowed:
+        hint = "" if "metadata" in decision.reason else \
+            " (this server's operator can allow a private range for an on-premises receiver)"
         raise ValueError(f"{host} is a {decision.reason}: alerts are not sent inside the "
-                         "network (an operator can allow a private range with "
-                         "GREENOPS_OUTBOUND_ALLOW)")
+                         f"network{hint}")
 
 
 def member_addresses(team: Team) -> set[str]:
