@@ -226,3 +226,50 @@ def test_the_guard_leaves_other_sockets_alone(team):
     with outbound.guard():
         pass
     assert team.__class__.objects.filter(id=team.id).exists()
+
+
+def self_signed(tmp_path, name: str):
+    """A certificate for `name` (its own CA), written as PEM: (cert path, key path)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_https_webhook_connects_to_the_vetted_address_with_the_name_for_sni_and_host(
+        team, settings, monkeypatch, tmp_path, outbound_connects):
+    import ssl
+
+    settings.GREENOPS_OUTBOUND_ALLOW = ["127.0.0.1/32"]
+    cert, key = self_signed(tmp_path, "receiver.test")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trust it as the default context's CA
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    sni: list[str] = []
+    ctx.sni_callback = lambda sock, name, _ctx: sni.append(name)
+    with Receiver() as rx:
+        rx.server.socket = ctx.wrap_socket(rx.server.socket, server_side=True)
+        fake_dns(monkeypatch, {"receiver.test": [["127.0.0.1"]]})
+        ch, _ = firing_webhook(team, f"https://receiver.test:{rx.port}/tls")
+        [n] = notify.deliver(ch)
+    assert n.status == "sent", n.error
+    assert outbound_connects == [("127.0.0.1", rx.port)]  # the vetted address
+    assert sni == ["receiver.test"]  # the certificate was checked for the name
+    assert rx.requests[0][1]["Host"] == f"receiver.test:{rx.port}"
