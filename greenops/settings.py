@@ -6,6 +6,7 @@ in-process tasks. Setting DATABASE_URL / REDIS_URL switches to PostgreSQL and Ce
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -255,6 +256,14 @@ ALERTS_MAX_ATTEMPTS = envint("ALERTS_MAX_ATTEMPTS", 5)  # then the notification 
 # seconds of each other go to a channel as one message.
 ALERTS_DELIVER_EVERY_S = envint("ALERTS_DELIVER_EVERY_S", 15)
 ALERTS_KEEP_VALUES_DAYS = envint("ALERTS_KEEP_VALUES_DAYS", 14)
+# Private ranges that alert webhooks and apprise URLs may reach (on-prem receivers), e.g.
+# "10.20.0.0/16,127.0.0.1/32". Empty: loopback, private, link-local and metadata addresses are
+# refused (greenops/outbound.py). A bad entry stops start-up here rather than at the first send.
+GREENOPS_OUTBOUND_ALLOW = envlist("GREENOPS_OUTBOUND_ALLOW", "")
+for _net in GREENOPS_OUTBOUND_ALLOW:
+    ipaddress.ip_network(_net, strict=False)
+# E-mails one team's alert channels may send per hour (the rest wait for the next hour).
+ALERTS_EMAIL_HOURLY_CAP = envint("ALERTS_EMAIL_HOURLY_CAP", 30)
 
 # --- Monthly reports -----------------------------------------------------------------------
 # Hours after a month closes in a team's time zone before beat generates its report: agents

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from dashboards.methodology import methodology
+from greenops.alerts import views as alert_views
 from greenops.api.v1 import api
 from greenops.carbon.codecarbon_api import api as codecarbon_api
 from greenops.login import LoginView
@@ -14,6 +15,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("api/codecarbon/", codecarbon_api.urls),  # codecarbon's api_endpoint
     path("methodology/", methodology, name="carbon-methodology"),
+    path("alerts/confirm/<str:token>/", alert_views.confirm_email, name="alert-email-confirm"),
     path("teams/<slug:slug>/", include("greenops.workloads.urls")),
     path("teams/<slug:slug>/", include("greenops.kpis.urls")),
     path("teams/<slug:slug>/", include("greenops.costs.urls")),

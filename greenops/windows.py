@@ -312,3 +312,56 @@ def parse_month(value: str, tz_name: str = "UTC", field: str = "month") -> Windo
     except ValueError:
         raise invalid(field, "must be a month as YYYY-MM, e.g. 2026-11") from None
     return calendar_month(year, month, tz_name)
+
+
+# ---- Calendar periods so far (alerts on "today" and "this month") -------------------------------
+
+@dataclass(frozen=True)
+class CalendarSoFar:
+    """A local calendar day or month and the part of it that whole `step`s have covered.
+    `so_far` is None until the first step of the period has ended (the first hour after
+    local midnight): an empty window, not a window without data."""
+
+    period: Window
+    so_far: Window | None
+
+    @property
+    def start(self) -> dt.datetime:
+        return self.period.start
+
+    @property
+    def end(self) -> dt.datetime:
+        """End of the covered part ([start, end)); equal to start while nothing is covered."""
+        return self.so_far.end if self.so_far else self.period.start
+
+    def coverage(self) -> dict:
+        """How much of the period the window covers (time that has passed in whole steps,
+        not time measured): {"covered_s", "period_s", "share", "text"}, text e.g. "13 h of
+        24 h" (a DST day has 23 or 25 hours)."""
+        covered = self.so_far.span_s if self.so_far else 0.0
+        period = self.period.span_s
+        return {"covered_s": covered, "period_s": period, "share": covered / period,
+                "text": f"{_human_span(covered) if covered else '0 h'} of "
+                        f"{_human_span(period)}"}
+
+
+def calendar_so_far(unit: str, now: dt.datetime, tz_name: str = "UTC",
+                    step: dt.timedelta = HOUR) -> CalendarSoFar:
+    """The local day ("day") or month ("month") containing `now` in `tz_name`, and its part
+    [local midnight, last whole `step`). Midnights come from the zone's rules, so a day that
+    changes clocks is 23 or 25 hours long and its end is the next local midnight."""
+    tz = time_zone(tz_name)
+    local = now.astimezone(tz)
+    if unit == "day":
+        start = dt.datetime(local.year, local.month, local.day, tzinfo=tz)
+        nxt = local.date() + DAY
+        period = Window(start, dt.datetime(nxt.year, nxt.month, nxt.day, tzinfo=tz),
+                        f"{local:%Y-%m-%d} ({tz_name})", f"day-{local:%Y-%m-%d}")
+    elif unit == "month":
+        period = calendar_month(local.year, local.month, tz_name)
+    else:
+        raise ValueError(f"unit must be day or month, not {unit!r}")
+    end = min(floor(now, step), period.end)
+    so_far = Window(period.start, end, f"{period.label} so far", f"{period.key}-so-far") \
+        if end > period.start else None
+    return CalendarSoFar(period, so_far)

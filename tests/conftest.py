@@ -181,3 +181,25 @@ def team_roles(team, users):
         Membership.objects.create(team=team, user=user, role=role)
         out[str(role)] = user
     return out
+
+
+@pytest.fixture(autouse=True)
+def outbound_connects(monkeypatch):
+    """Every connection greenops.outbound makes goes through this recorder: loopback passes to
+    the real socket, anything else is recorded and refused, so no test sends a packet beyond
+    127.0.0.0/8 or ::1 even by mistake. A test reads the list to prove what was attempted."""
+    import ipaddress
+
+    from greenops import outbound
+
+    attempts: list[tuple] = []
+    real = outbound._raw_connect
+
+    def record(sock, address):
+        attempts.append(tuple(address[:2]))
+        if not ipaddress.ip_address(str(address[0]).split("%")[0]).is_loopback:
+            raise ConnectionRefusedError(111, "test stub: only loopback is reachable")
+        real(sock, address)
+
+    monkeypatch.setattr(outbound, "_raw_connect", record)
+    return attempts

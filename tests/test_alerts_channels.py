@@ -7,8 +7,6 @@ import datetime as dt
 import hashlib
 import hmac
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.utils import timezone
@@ -16,41 +14,16 @@ from django.utils import timezone
 from greenops.alerts import channels, crypto, evaluate, notify
 from greenops.alerts.models import Channel, Notification
 from greenops.errors import FieldError
-from tests.alerts_fixtures import NOW, hour, make_rule, rollup
+from tests.alerts_fixtures import NOW, Receiver, hour, make_rule, rollup
 
 pytestmark = pytest.mark.django_db
 
 
-class Receiver:
-    """A loopback HTTP server that records requests and answers with `status`."""
-
-    def __init__(self, status: int = 200) -> None:
-        self.status = status
-        self.requests: list = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.requests.append((self.path, self.headers, body))  # case-insensitive
-                self.send_response(receiver.status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Receiver:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+@pytest.fixture(autouse=True)
+def _loopback_receivers_allowed(settings):
+    """These tests talk to real receivers on 127.0.0.1, which the outbound guard refuses unless
+    an operator allows it (tests/test_alerts_outbound.py proves the refusal)."""
+    settings.GREENOPS_OUTBOUND_ALLOW = ["127.0.0.1/32"]
 
 
 def webhook(team, url: str, name: str = "hook") -> tuple[Channel, str]:
@@ -71,7 +44,7 @@ def test_webhook_body_is_signed_with_hmac_over_timestamp_and_body(team):
         rule = firing(team, ch)
         [n] = notify.deliver(ch)
     assert n.status == "sent" and n.sent_at is not None
-    path, headers, body = rx.requests[0]
+    path, headers, body, _ = rx.requests[0]
     assert path == "/alerts"
     ts = headers["X-GreenOps-Timestamp"]
     expected = hmac.new(secret.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
@@ -131,7 +104,7 @@ def test_apprise_json_url_delivers_to_loopback(team):
         firing(team, ch)
         [n] = notify.deliver(ch)
     assert n.status == "sent"
-    path, _headers, body = rx.requests[0]
+    path, _headers, body, _ = rx.requests[0]
     doc = json.loads(body)
     assert path == "/hook"
     assert doc["title"] == "[FIRING] Energy per inference too high · Vision"
@@ -173,7 +146,8 @@ def test_resolved_messages_are_switchable_per_channel(team):
 
 
 def test_send_test_sends_live_figures(team, mailoutbox):
-    ch = channels.create(team, {"name": "mail", "kind": "email", "target": "a@example.com"})[0]
+    ch = channels.create(team, {"name": "mail", "kind": "email",
+                                "target": "member@example.com"})[0]  # a team member
     rollup(team, timezone.now().replace(minute=0, second=0, microsecond=0)
            - dt.timedelta(hours=2), gpu_energy_j=7.2e6)  # 2 kWh in the last 24 whole hours
     n = notify.send_test(ch)
@@ -209,7 +183,8 @@ def test_bad_channel_input_names_the_field(team, data, field):
 def test_daily_digest_waits_for_its_hour_in_the_team_time_zone(team, mailoutbox):
     team.time_zone = "Europe/Paris"
     team.save()
-    ch, _ = channels.create(team, {"name": "digest", "kind": "email", "target": "a@example.com",
+    ch, _ = channels.create(team, {"name": "digest", "kind": "email",
+                                   "target": "member@example.com",
                                    "digest": "daily", "digest_hour": 8})
     Channel.objects.filter(id=ch.id).update(created_at=NOW - dt.timedelta(days=2))
     ch.refresh_from_db()

@@ -117,7 +117,7 @@ def test_no_data_goes_to_nodata_and_says_why(team):
     rule = make_rule(team, [ch])
     evaluate.run(rule, NOW)  # no rollups at all
     assert rule.state == State.NODATA and rule.last_value is None
-    assert rule.last_detail == "no measurements in the window"
+    assert rule.last_detail == "no measurements in the window; no host in the rule's scope"
     assert Notification.objects.get().kind == "nodata"
     # Data back and fine: 600 J / 1200 = 0.5 J: OK, and the no-data episode is resolved.
     rollup(team, hour(10), gpu_energy_j=600, requests=1200)

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from greenops.alerts import channels
-from greenops.alerts.models import Channel, Rule
+from greenops.alerts.models import Channel, Notification, Rule
 from greenops.teams.permissions import MATRIX, ROLE_ORDER
 from tests.alerts_fixtures import make_rule
 from tests.test_teams_permissions import ROLES, _patterns
@@ -40,6 +40,8 @@ PAGES = [
      {"name": "pager", "kind": "email", "target": "p@example.com"}),
     ("alert-channel-test", "post", "/teams/{slug}/alerts/channels/{channel}/test/", "admin",
      302, {}),
+    ("alert-channel-test-status", "get",
+     "/teams/{slug}/alerts/channels/{channel}/tests/{test}/", "viewer", 200, None),
     ("alert-channel-enable", "post", "/teams/{slug}/alerts/channels/{channel}/enable/",
      "admin", 302, {}),
     ("alert-channel-delete", "post", "/teams/{slug}/alerts/channels/{channel}/delete/",
@@ -63,7 +65,9 @@ def things(team):
     ch, _ = channels.create(team, {"name": "oncall", "kind": "email",
                                    "target": "oncall@example.com"})
     rule = make_rule(team, [ch], name="Energy per inference")
-    return {"rule": rule.id, "channel": ch.id}
+    test = Notification.objects.create(channel=ch, kind="test", dedupe_key="test:perm",
+                                       payload={"rule": "Test message"})
+    return {"rule": rule.id, "channel": ch.id, "test": test.id}
 
 
 def _call(client, method: str, path: str, body):
@@ -139,7 +143,8 @@ def test_every_alerts_page_is_guarded_and_tested():
         route = "/teams/{slug}/" + str(pattern.pattern)
         action = getattr(pattern.callback, "permission_action", None)
         assert action in MATRIX, f"{route} is not guarded by team_permission"
-        templ = route.replace("<int:rule_id>", "{rule}").replace("<int:channel_id>", "{channel}")
+        templ = route.replace("<int:rule_id>", "{rule}").replace("<int:channel_id>", "{channel}") \
+            .replace("<int:notification_id>", "{test}")
         assert templ in covered, f"{route} has no permission test"
 
 

@@ -12,14 +12,17 @@ from django.utils import timezone
 
 from greenops.alerts import channels, tasks
 from greenops.alerts.models import Notification, RuleEvent
-from tests.alerts_fixtures import make_rule, rollup
+from tests.alerts_fixtures import Receiver, make_rule, rollup
 from tests.celery_worker import celery_worker
-from tests.test_alerts_channels import Receiver
 from tests.test_e2e_pipeline import wait_for
 
 
 @pytest.fixture
-def alerts_worker():
+def alerts_worker(monkeypatch, settings):
+    # The receiver is on 127.0.0.1, which the outbound guard refuses unless allowed: here and
+    # in the worker process (it reads the environment).
+    monkeypatch.setenv("GREENOPS_OUTBOUND_ALLOW", "127.0.0.1/32")
+    settings.GREENOPS_OUTBOUND_ALLOW = ["127.0.0.1/32"]
     with celery_worker("alerts") as (queue, output):
         yield queue
     assert b"Traceback" not in output[0], output[0].decode(errors="replace")

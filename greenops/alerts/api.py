@@ -10,7 +10,7 @@ from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops.alerts import kpi_values, rules
+from greenops.alerts import evaluate, kpi_values, rules
 from greenops.alerts.models import Channel, NoDataPolicy, Rule, RuleKind
 from greenops.errors import invalid
 from greenops.request_body import json_body
@@ -109,7 +109,7 @@ def put_rule(request: HttpRequest, slug: str, rule_id: int):
                summary="Delete an alert rule")
 def delete_rule(request: HttpRequest, slug: str, rule_id: int):
     team, _ = authorize_api(request.user, slug, "alerts.manage")
-    get_object_or_404(Rule, team=team, id=rule_id).delete()
+    evaluate.delete(get_object_or_404(Rule, team=team, id=rule_id).id)
     return Status(204, None)
 
 
@@ -135,6 +135,8 @@ def silence_rule(request: HttpRequest, slug: str, rule_id: int):
             raise invalid("until", "give a time zone, e.g. 2026-12-01T08:00Z")
     rule.silenced_until = until
     rule.save(update_fields=["silenced_until"])
+    evaluate.reassess(rule.id)
+    rule.refresh_from_db()
     return Status(200, rules.as_dict(rule))
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
+import ipaddress
 import logging
+import re
 import secrets
 import smtplib
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import orjson
 from django.conf import settings
@@ -25,9 +27,13 @@ from django.core.mail import EmailMessage
 from django.core.validators import URLValidator, validate_email
 from django.db import IntegrityError, transaction
 
-from greenops.alerts.models import Channel, ChannelKind, Digest
+from greenops import outbound
+from greenops.alerts.models import Channel, ChannelKind, Digest, EmailAddress
 from greenops.errors import invalid
-from greenops.teams.models import Team
+from greenops.teams.models import Membership, Team
+
+log = logging.getLogger(__name__)
+APPRISE_STATUS = re.compile(r"error=(\d{3})\b")
 
 
 class TransportError(Exception):
@@ -84,6 +90,8 @@ class Email(Transport):
         addresses = [a.strip() for a in target.split(",") if a.strip()]
         if not addresses:
             raise ValueError("give at least one e-mail address")
+        if len(addresses) > 10:
+            raise ValueError("at most 10 addresses per channel")
         for a in addresses:
             try:
                 validate_email(a)
@@ -92,13 +100,64 @@ class Email(Transport):
         return ", ".join(addresses)
 
     def send(self, message: Message) -> None:
-        to = [a.strip() for a in self.channel.target.split(",")]
+        wanted = [a.strip() for a in self.channel.target.split(",")]
+        to = allowed_recipients(self.channel.team, wanted)
+        if not to:
+            raise TransportError("no recipient may receive it yet: addresses outside the team "
+                                 "get alerts once they confirm through the link sent to them")
+        subject = " ".join(message.title.split())  # a line break in a rule name is not a header
         try:
-            EmailMessage(message.title, message.text, settings.DEFAULT_FROM_EMAIL, to).send()
+            EmailMessage(subject, message.text, settings.DEFAULT_FROM_EMAIL, to).send()
         except smtplib.SMTPRecipientsRefused as exc:
             raise TransportError(f"recipients refused: {exc.recipients}", permanent=True) from None
         except (smtplib.SMTPException, OSError) as exc:
             raise TransportError(f"SMTP: {exc}") from None
+
+
+def refuse_literal(url: str) -> None:
+    """A URL whose host is an IP address (or localhost) the guard would refuse is refused when
+    the channel is saved. Names are not resolved here: the guard checks them at each send, on
+    the address it connects to."""
+    host = (urlsplit(url).hostname or "") if "://" in url else ""
+    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
+        host = "127.0.0.1"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return
+    decision = outbound.decide(host)
+    if not decision.allowed:
+        hint = "" if "metadata" in decision.reason else \
+            " (this server's operator can allow a private range for an on-premises receiver)"
+        raise ValueError(f"{host} is a {decision.reason}: alerts are not sent inside the "
+                         f"network{hint}")
+
+
+def member_addresses(team: Team) -> set[str]:
+    return {e.lower() for e in Membership.objects.filter(team=team).exclude(user__email="")
+            .values_list("user__email", flat=True)}
+
+
+def allowed_recipients(team: Team, addresses: list[str]) -> list[str]:
+    """The addresses alert e-mail may go to: team members' own, and addresses that confirmed
+    through the link sent to them. A team admin cannot make the server mail anyone."""
+    ok = member_addresses(team) | {a.lower() for a in EmailAddress.objects.filter(
+        team=team, confirmed_at__isnull=False).values_list("address", flat=True)}
+    return [a for a in addresses if a.lower() in ok]
+
+
+def needs_confirmation(team: Team, addresses: list[str]) -> list[EmailAddress]:
+    """EmailAddress rows (new or waiting) for the addresses that are not members'."""
+    members = member_addresses(team)
+    out = []
+    for a in addresses:
+        if a.lower() in members:
+            continue
+        row, _ = EmailAddress.objects.get_or_create(
+            team=team, address=a.lower(), defaults={"token": secrets.token_urlsafe(32)})
+        if row.confirmed_at is None:
+            out.append(row)
+    return out
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
@@ -119,23 +178,30 @@ class Webhook(Transport):
             URLValidator(schemes=["http", "https"])(target)
         except ValidationError:
             raise ValueError("must be an http:// or https:// URL") from None
+        refuse_literal(target)
         return target
 
     def send(self, message: Message) -> None:
         body = orjson.dumps(message.doc)
         ts = str(int(time.time()))
-        req = urllib.request.Request(self.channel.target, data=body, method="POST", headers={
+        headers = {
             "Content-Type": "application/json", "User-Agent": "GreenOps-alerts/1",
             "X-GreenOps-Timestamp": ts,
-            "X-GreenOps-Signature": "sha256=" + signature(self.channel.secret, ts, body)})
+            "X-GreenOps-Signature": "sha256=" + signature(self.channel.secret, ts, body)}
         try:
-            with urllib.request.urlopen(req, timeout=settings.ALERTS_HTTP_TIMEOUT_S) as resp:
-                resp.read(1024)
-        except urllib.error.HTTPError as exc:
-            permanent = exc.code in self.PERMANENT_STATUS
-            raise TransportError(f"HTTP {exc.code} from the webhook", permanent) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise TransportError(f"could not reach the webhook: {exc}") from None
+            resp = outbound.post(self.channel.target, body, headers,
+                                 settings.ALERTS_HTTP_TIMEOUT_S)
+        except (OSError, http.client.HTTPException) as exc:
+            # Refused by the guard, refused by the host, filtered, reset: one sentence for the
+            # user (the form must not map the network); the cause goes to the operator's log.
+            log.warning("webhook channel %s: %s", self.channel.id, exc)
+            raise TransportError(outbound.UNREACHABLE) from None
+        if 300 <= resp.status < 400:
+            raise TransportError(f"HTTP {resp.status} from the webhook: redirects are not "
+                                 "followed; give the final URL")
+        if resp.status >= 400:
+            raise TransportError(f"HTTP {resp.status} from the webhook",
+                                 resp.status in self.PERMANENT_STATUS)
 
 
 @register
@@ -151,23 +217,32 @@ class Apprise(Transport):
         if not apprise.Apprise().add(target):
             raise ValueError("apprise does not recognise this URL (see the apprise wiki for "
                              "each service's format)")
+        refuse_literal(target)
         return target
 
     def send(self, message: Message) -> None:
         import apprise
 
-        ap = apprise.Apprise()
+        # Sequential mode: the guard follows this thread (and its context), not a pool's.
+        ap = apprise.Apprise(asset=apprise.AppriseAsset(async_mode=False))
         if not ap.add(self.channel.target):
             raise TransportError("apprise no longer accepts this URL", permanent=True)
-        with apprise.LogCapture(level=logging.WARNING) as log:
+        with apprise.LogCapture(level=logging.WARNING) as captured, outbound.guard():
             ok = ap.notify(title=message.title, body=message.text)
-            captured = log.getvalue().strip()
+            text = captured.getvalue()
         if not ok:
-            raise TransportError(f"apprise: {captured or 'delivery failed'}"[:500])
+            log.warning("apprise channel %s: %s", self.channel.id, text.strip()[:500])
+            # Only the status, never the answer or the host: "error=503" in apprise's log.
+            status = APPRISE_STATUS.search(text)
+            if status:
+                raise TransportError(f"apprise: the service answered HTTP {status.group(1)}")
+            raise TransportError(f"apprise: {outbound.UNREACHABLE}")
 
 
-def create(team: Team, data: dict) -> tuple[Channel, str]:
-    """Validate and store a channel; returns it and, for a webhook, its new signing secret."""
+def create(team: Team, data: dict, site_url: str = "") -> tuple[Channel, str]:
+    """Validate and store a channel; returns it and, for a webhook, its new signing secret.
+    `site_url`: the address the admin used ("https://host/"), for absolute links in its
+    messages when SITE_URL is unset."""
     name = str(data.get("name") or "").strip()
     if not name or len(name) > 100:
         raise invalid("name", "give the channel a name (at most 100 characters)")
@@ -188,7 +263,7 @@ def create(team: Team, data: dict) -> tuple[Channel, str]:
     if not 0 <= digest_hour <= 23:
         raise invalid("digest_hour", "must be an hour from 0 to 23")
     ch = Channel(team=team, name=name, kind=kind, send_resolved=bool(data.get("send_resolved")),
-                 digest=digest, digest_hour=digest_hour)
+                 digest=digest, digest_hour=digest_hour, site_url=site_url.rstrip("/")[:200])
     ch.set_target(target)
     secret = ""
     if kind == ChannelKind.WEBHOOK:

@@ -12,6 +12,10 @@ from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 
 
+class KeyChanged(ValueError):
+    """A stored credential no longer decrypts: ALERTS_CHANNEL_KEY or SECRET_KEY changed."""
+
+
 def _fernet() -> Fernet:
     secret = settings.ALERTS_CHANNEL_KEY or settings.SECRET_KEY
     key = hashlib.sha256(b"greenops.alerts.channel:" + secret.encode()).digest()
@@ -29,7 +33,7 @@ def decrypt(token: str) -> str:
         return _fernet().decrypt(token.encode()).decode()
     except InvalidToken:
         # The key changed (SECRET_KEY rotated): say so instead of sending to garbage.
-        raise ValueError("cannot decrypt: ALERTS_CHANNEL_KEY or SECRET_KEY changed") from None
+        raise KeyChanged("cannot decrypt: ALERTS_CHANNEL_KEY or SECRET_KEY changed") from None
 
 
 _HOST_IS_ADDRESS = {"http", "https", "json", "jsons", "xml", "xmls", "form", "forms", "ntfy",

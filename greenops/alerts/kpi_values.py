@@ -35,27 +35,31 @@ def team_tz(team: Team) -> dt.tzinfo:
     return team.tz
 
 
-def floor_hour(t: dt.datetime) -> dt.datetime:
-    return windows.floor_hour(t)
-
-
 def month_start(now: dt.datetime, tz: dt.tzinfo) -> dt.datetime:
     """Local midnight on the 1st, as greenops.windows defines a team's calendar month."""
     return windows.month_containing(now, getattr(tz, "key", "UTC")).start.astimezone(dt.UTC)
 
 
 def window_bounds(key: str, now: dt.datetime, tz: dt.tzinfo) -> tuple[dt.datetime, dt.datetime]:
-    """[start, end) in UTC, ending at the last whole hour."""
-    end = floor_hour(now)
+    """[start, end) in UTC, ending at the last whole hour. "day" and "month" are the team's
+    calendar period so far (greenops.windows.calendar_so_far): start == end in its first
+    hour, an empty window that holds a rule's state rather than a lack of data."""
     label, span = WINDOWS[key]
     if span is not None:
+        end = windows.floor_hour(now)
         return end - span, end
-    local = now.astimezone(tz)
-    if key == "day":
-        start = local.replace(hour=0, minute=0, second=0, microsecond=0).astimezone(dt.UTC)
-    else:
-        start = month_start(now, tz)
-    return start, max(end, start)
+    part = calendar(key, now, tz)
+    return part.start, part.end
+
+
+def over(key: str) -> str:
+    """The window as words after "over": "the last whole hour", "today so far (...)"."""
+    label = WINDOWS[key][0]
+    return label if key in ("day", "month") else f"the {label}"
+
+
+def calendar(key: str, now: dt.datetime, tz: dt.tzinfo) -> windows.CalendarSoFar:
+    return windows.calendar_so_far(key, now, getattr(tz, "key", "UTC"))
 
 
 @dataclass
@@ -197,6 +201,8 @@ def hosts_last_seen(scope: Scope) -> list[tuple[str, dt.datetime | None]]:
         hosts = [scope.host]
     elif scope.gpu is not None:
         hosts = [scope.gpu.host]
+    elif scope.workload is not None:
+        hosts = list({g.host_id: g.host for g in scope.gpus()}.values())
     else:
         hosts = list(Host.objects.filter(team=scope.team, removed_at__isnull=True))
     return [(h.name, h.last_seen) for h in hosts]

@@ -53,6 +53,9 @@ class Channel(models.Model):
     last_error = models.CharField(max_length=500, blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
     last_delivery_at = models.DateTimeField(null=True, blank=True)
+    # The address the admin used when saving the channel ("https://greenops.example.com"):
+    # links in its messages are absolute with it when SITE_URL is unset.
+    site_url = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -96,12 +99,16 @@ class Channel(models.Model):
         if not self.digest:
             return None
         local = now.astimezone(self.team.tz)
-        slot = local.replace(hour=self.digest_hour, minute=0, second=0, microsecond=0)
-        if slot > local:
-            slot -= dt.timedelta(days=1)
+        day = local.date()
+        if local.hour < self.digest_hour:
+            day -= dt.timedelta(days=1)
         if self.digest == Digest.WEEKLY:
-            slot -= dt.timedelta(days=slot.weekday())  # back to Monday
-        return slot
+            day -= dt.timedelta(days=day.weekday())  # back to Monday
+        # One slot per local date: built from the date, the hour and fold=0, so the hour a
+        # clock change repeats (02:00 twice in autumn) gives one slot, not two, and the hour
+        # it skips (02:00 in spring) gives one too (at 03:00 summer time).
+        slot = dt.datetime(day.year, day.month, day.day, self.digest_hour, tzinfo=self.team.tz)
+        return slot.astimezone(dt.UTC)
 
     def digest_due(self, now: dt.datetime) -> bool:
         """Immediate channels always; digest channels once per slot since the last digest
@@ -162,8 +169,8 @@ class Rule(models.Model):
     name = models.CharField(max_length=120)
     enabled = models.BooleanField(default=True)
     kind = models.CharField(max_length=10, choices=RuleKind.choices)
-    kpi = models.CharField(max_length=40, blank=True)  # a key of figures.KPIS; blank: stopped
-    window = models.CharField(max_length=8, default="1h")  # a key of figures.WINDOWS
+    kpi = models.CharField(max_length=40, blank=True)  # a key of kpi_values.KPIS; blank: stopped
+    window = models.CharField(max_length=8, default="1h")  # a key of kpi_values.WINDOWS
     # Scope: at most one of these; none means the whole team.
     host = models.ForeignKey(Host, models.CASCADE, null=True, blank=True, related_name="+")
     gpu = models.ForeignKey(Gpu, models.CASCADE, null=True, blank=True, related_name="+")
@@ -180,6 +187,9 @@ class Rule(models.Model):
     budget_forecast = models.BooleanField(default=True)
     forecast_min_days = models.PositiveIntegerField(default=7)
     stopped_minutes = models.PositiveIntegerField(default=10)
+    # No data means the source stopped: no samples from the rule's hosts for this long. An
+    # empty window while they report (a day that just began) holds the state instead.
+    nodata_grace_minutes = models.PositiveIntegerField(default=60)
     for_minutes = models.PositiveIntegerField(default=5)
     keep_firing_minutes = models.PositiveIntegerField(default=0)
     no_data = models.CharField(max_length=6, choices=NoDataPolicy.choices,
@@ -304,7 +314,8 @@ class NotificationStatus(models.TextChoices):
 
 class Notification(models.Model):
     channel = models.ForeignKey(Channel, models.CASCADE, related_name="notifications")
-    rule = models.ForeignKey(Rule, models.CASCADE, null=True, blank=True,
+    # SET_NULL: the "resolved" sent when a firing rule is deleted outlives the rule.
+    rule = models.ForeignKey(Rule, models.SET_NULL, null=True, blank=True,
                              related_name="notifications")
     event = models.ForeignKey(RuleEvent, models.SET_NULL, null=True, blank=True,
                               related_name="notifications")
@@ -316,10 +327,26 @@ class Notification(models.Model):
                               default=NotificationStatus.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     next_attempt_at = models.DateTimeField(default=timezone.now)  # retries back off
-    error = models.CharField(max_length=500, blank=True)
+    error = models.CharField(max_length=500, blank=True)  # secrets redacted
+    error_class = models.CharField(max_length=80, blank=True)  # e.g. TransportError
     created_at = models.DateTimeField(default=timezone.now)
     sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["channel", "status"], name="alert_notif_chan_status")]
+
+
+class EmailAddress(models.Model):
+    """An address outside the team that may receive its alert e-mail once someone clicked the
+    link sent to it (team members' own addresses need no confirmation)."""
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="alert_addresses")
+    address = models.EmailField()
+    token = models.CharField(max_length=64, unique=True)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "address"],
+                                               name="alert_email_address")]

@@ -6,16 +6,19 @@ alerts-as-code files write it: `host` (host name), `gpu` ("host-name:index"), `w
 
 from __future__ import annotations
 
-from django.db import transaction
+import copy
+import datetime as dt
 
-from greenops.alerts import kpi_values
+from django.db import transaction
+from django.utils import timezone
+
+from greenops.alerts import evaluate, kpi_values
 from greenops.alerts.models import (
     Channel,
     Direction,
     NoDataPolicy,
     Rule,
     RuleKind,
-    State,
 )
 from greenops.errors import invalid
 from greenops.teams.models import Team
@@ -25,11 +28,13 @@ from greenops.workloads.models import Workload
 ROLLING = ("1h", "6h", "24h", "7d")
 INT_LIMITS = {  # field -> (min, max)
     "baseline_days": (1, 90), "min_requests": (0, 10**9), "forecast_min_days": (1, 27),
-    "stopped_minutes": (1, 7 * 1440), "for_minutes": (0, 1440),
+    "stopped_minutes": (1, 7 * 1440), "nodata_grace_minutes": (1, 7 * 1440),
+    "for_minutes": (0, 1440),
     "keep_firing_minutes": (0, 1440), "repeat_minutes": (0, 7 * 1440),
 }
 DEFAULTS = {"window": "1h", "direction": Direction.ABOVE, "baseline_days": 7, "min_requests": 0,
             "budget_forecast": True, "forecast_min_days": 7, "stopped_minutes": 10,
+            "nodata_grace_minutes": 60,
             "for_minutes": 5, "keep_firing_minutes": 0, "no_data": NoDataPolicy.NODATA,
             "include_simulated": False, "repeat_minutes": 240, "enabled": True}
 
@@ -162,6 +167,8 @@ def clean(team: Team, data: dict) -> tuple[dict, list[Channel]]:
         raise invalid("name", "give the rule a name")
     if len(name) > 120:
         raise invalid("name", "at most 120 characters")
+    if any(c < " " for c in name):
+        raise invalid("name", "one line, without tabs or line breaks")
     kind = _choice(data, "kind", list(RuleKind.values), default="")
     out: dict = {"name": name, "kind": kind, **_scope(team, data)}
     out["direction"] = _choice(data, "direction", list(Direction.values))
@@ -216,22 +223,30 @@ def clean(team: Team, data: dict) -> tuple[dict, list[Channel]]:
     return out, _channels(team, data)
 
 
-def save(team: Team, data: dict, rule: Rule | None = None, user=None) -> Rule:
-    """Create or change a rule. A change to what a rule watches starts it again from OK."""
+def save(team: Team, data: dict, rule: Rule | None = None, user=None,
+         now: dt.datetime | None = None) -> Rule:
+    """Create or change a rule, then judge it at once against its definition. A change never
+    silently drops state: what it ends is resolved at the receiver (evaluate.after_edit)."""
     fields, chans = clean(team, data)
+    now = now or timezone.now()
     with transaction.atomic():
+        before, before_channels = None, []
         if rule is None:
             rule = Rule(team=team, created_by=user)
-        watched = ("kind", "kpi", "window", "host", "gpu", "workload", "direction",
-                   "fire_level", "clear_level")
-        changed = rule.pk and any(getattr(rule, k) != v for k, v in fields.items()
-                                  if k in watched)
+        else:  # lock against the beat's evaluation, and read the state it wrote last
+            rule = (Rule.objects.select_for_update(of=("self",))
+                    .select_related("team", "host", "gpu__host", "workload").get(id=rule.id))
+            before = copy.copy(rule)
+            before_channels = list(rule.channels.values_list("id", flat=True))
         for k, v in fields.items():
             setattr(rule, k, v)
-        if changed:
-            rule.state, rule.episode_notified = State.OK, False
         rule.save()
         rule.channels.set(chans)
+        if before is None:
+            if rule.enabled:
+                evaluate.run(rule, now)
+        else:
+            evaluate.after_edit(before, rule, before_channels, now)
     return rule
 
 
@@ -247,6 +262,7 @@ def as_dict(rule: Rule) -> dict:
         "clear_level": rule.clear_level, "baseline_days": rule.baseline_days,
         "min_requests": rule.min_requests, "budget_forecast": rule.budget_forecast,
         "forecast_min_days": rule.forecast_min_days, "stopped_minutes": rule.stopped_minutes,
+        "nodata_grace_minutes": rule.nodata_grace_minutes,
         "for_minutes": rule.for_minutes, "keep_firing_minutes": rule.keep_firing_minutes,
         "no_data": rule.no_data, "include_simulated": rule.include_simulated,
         "channels": [c.name for c in rule.channels.all()],

@@ -12,7 +12,7 @@ import datetime as dt
 
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from greenops.alerts import evaluate, notify
@@ -42,16 +42,23 @@ def evaluate_rule(rule_id: int, tick: str) -> str:
     """Evaluate one rule for one minute. Claiming the minute first makes a duplicated message
     (a broker redelivery, two beat processes) a no-op instead of a second notification."""
     at = dt.datetime.fromisoformat(tick)
+    previous = Rule.objects.filter(id=rule_id).values_list("last_tick", flat=True).first()
     if not evaluate.claim(rule_id, at):
         return "already evaluated"
     # The claim stops a second run of the same minute; two different minutes (a late beat
     # message and the next one) can still run at once on two workers. Each would read the rule
     # as "ok", both would record ok -> firing and both would notify. Holding the rule's row
     # for the evaluation makes the second one read the first one's result.
-    with transaction.atomic():
-        rule = (Rule.objects.select_for_update(of=("self",))
-                .select_related("team", "host", "gpu__host", "workload").get(id=rule_id))
-        evaluate.run(rule, max(at, timezone.now()))
+    try:
+        with transaction.atomic():
+            rule = (Rule.objects.select_for_update(of=("self",))
+                    .select_related("team", "host", "gpu__host", "workload").get(id=rule_id))
+            evaluate.run(rule, max(at, timezone.now()))
+    except Exception as exc:  # the write itself failed (observe() records the figure's errors)
+        if not connection.is_usable():  # e.g. a time limit hit mid-query
+            connection.close()
+        evaluate.give_back(rule_id, at, previous, exc)
+        return "error"
     return rule.state
 
 
@@ -72,6 +79,38 @@ def deliver_channel(channel_id: int) -> int:
     if channel is None:
         return 0
     return len(notify.deliver(channel))
+
+
+@shared_task
+def confirm_addresses(address_ids: list[int], site_url: str = "") -> int:
+    """Mail each address outside the team a link to confirm it wants the team's alerts."""
+    from django.core.mail import send_mail
+    from django.urls import reverse
+
+    from greenops.alerts.models import EmailAddress
+
+    base = (settings.SITE_URL or site_url).rstrip("/")
+    n = 0
+    for row in EmailAddress.objects.filter(id__in=address_ids, confirmed_at__isnull=True) \
+            .select_related("team"):
+        link = base + reverse("alert-email-confirm", args=[row.token])
+        send_mail(f"Confirm GreenOps alerts of {row.team.name}",
+                  f"A team admin of {row.team.name} asked GreenOps to send its alert e-mails "
+                  f"to {row.address}.\n\nTo receive them, open {link} and press Confirm.\n"
+                  "If you did not expect this, ignore this message: nothing will be sent.",
+                  settings.DEFAULT_FROM_EMAIL, [row.address])
+        n += 1
+    return n
+
+
+@shared_task
+def send_test(channel_id: int, notification_ids: list[int]) -> str:
+    """"Send test" from the channels page: the page answered at once and polls the row."""
+    channel = Channel.objects.select_related("team").filter(id=channel_id).first()
+    if channel is None:
+        return "gone"
+    row = notify.send_test(channel, notification_ids)
+    return row.status if row else "gone"
 
 
 @shared_task

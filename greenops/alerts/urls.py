@@ -14,6 +14,8 @@ urlpatterns = [
     path("alerts/channels/", views.channel_list, name="alert-channels"),
     path("alerts/channels/new/", views.channel_new, name="alert-channel-new"),
     path("alerts/channels/<int:channel_id>/test/", views.channel_test, name="alert-channel-test"),
+    path("alerts/channels/<int:channel_id>/tests/<int:notification_id>/",
+         views.channel_test_status, name="alert-channel-test-status"),
     path("alerts/channels/<int:channel_id>/enable/", views.channel_enable,
          name="alert-channel-enable"),
     path("alerts/channels/<int:channel_id>/delete/", views.channel_delete,

@@ -4,20 +4,24 @@ permission check, one domain call, render."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from greenops.alerts import channels, kpi_values, notify, rules
+from greenops.alerts import channels, evaluate, kpi_values, notify, rules, tasks
 from greenops.alerts.models import (
     Channel,
     ChannelKind,
     Digest,
     Direction,
+    EmailAddress,
     NoDataPolicy,
     Notification,
     Rule,
@@ -29,6 +33,7 @@ from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry.models import Gpu
 
+log = logging.getLogger(__name__)
 WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 
@@ -137,7 +142,7 @@ def rule_detail(request: HttpRequest, team: Team, rule_id: int) -> HttpResponse:
 @team_permission("alerts.manage")
 def rule_delete(request: HttpRequest, team: Team, rule_id: int) -> HttpResponse:
     rule = get_object_or_404(Rule, team=team, id=rule_id)
-    rule.delete()
+    evaluate.delete(rule.id)
     messages.success(request, f"Deleted “{rule.name}”.")
     return redirect("alert-list", team.slug)
 
@@ -161,6 +166,7 @@ def rule_silence(request: HttpRequest, team: Team, rule_id: int) -> HttpResponse
         return HttpResponse("hours: one of 0, 1, 4, 24, 168", status=400,
                             content_type="text/plain")
     rule.save(update_fields=["silenced_until"])
+    evaluate.reassess(rule.id)  # a silence closes a firing alert at the receiver now
     return redirect("alert-rule", team.slug, rule.id)
 
 
@@ -173,11 +179,25 @@ def _channels_page(request: HttpRequest, team: Team, *, error: FieldError | None
                    data: dict | None = None, new_secret: str = "", created: Channel | None = None,
                    status: int = 200) -> HttpResponse:
     chans = list(Channel.objects.filter(team=team))
-    last = {}
+    last, waiting = {}, {}
     for ch in chans:
         last[ch.id] = ch.notifications.first()
+        if ch.kind == ChannelKind.EMAIL:
+            try:
+                wanted = [a.strip() for a in ch.target.split(",")]
+            except ValueError:  # key changed: the page says so through the channel's error
+                wanted = []
+            ok = set(channels.allowed_recipients(team, wanted))
+            waiting[ch.id] = [a for a in wanted if a not in ok]
+    test = None
+    if request.GET.get("test", "").isdigit():
+        row = Notification.objects.select_related("channel").filter(
+            channel__team=team, kind="test", id=int(request.GET["test"])).first()
+        if row is not None:
+            test = {"row": row, **test_status(row)}
     return render(request, "alerts/channels.html", {
-        "team": team, "channels": [(c, last[c.id]) for c in chans],
+        "team": team, "channels": [(c, last[c.id], waiting.get(c.id)) for c in chans],
+        "test": test,
         "kinds": ChannelKind.choices, "digests": Digest.choices,
         "error": error, "d": data or {"kind": "email", "send_resolved": True},
         "new_secret": new_secret, "created": created,
@@ -196,23 +216,60 @@ def channel_new(request: HttpRequest, team: Team) -> HttpResponse:
             "digest": request.POST.get("digest", ""),
             "digest_hour": request.POST.get("digest_hour", "")}
     try:
-        ch, secret = channels.create(team, data)
+        ch, secret = channels.create(team, data, site_url=request.build_absolute_uri("/"))
     except FieldError as exc:
         data.pop("target")  # never echo a credential back into the page
         return _channels_page(request, team, error=exc, data=data, status=400)
+    if ch.kind == ChannelKind.EMAIL:
+        waiting = [r.id for r in channels.needs_confirmation(team, ch.target.split(", "))]
+        if waiting:
+            _on_commit_task(tasks.confirm_addresses, waiting, ch.site_url)
     return _channels_page(request, team, new_secret=secret, created=ch)
+
+
+def _on_commit_task(task, *args) -> None:
+    """Queue a task once the request's transaction commits; a broker that is down is logged,
+    never a 500 (Redis is a broker, not a gate)."""
+    def hand_over() -> None:
+        try:
+            task.delay(*args)
+        except Exception:
+            log.warning("%s%r not queued", task.name, args, exc_info=True)
+
+    transaction.on_commit(hand_over)
 
 
 @require_POST
 @team_permission("channels.manage")
 def channel_test(request: HttpRequest, team: Team, channel_id: int) -> HttpResponse:
+    """Writes the test rows and hands the send to a worker: the page answers at once and
+    shows the result when it arrives (a receiver that takes 10 s holds no web worker)."""
     ch = get_object_or_404(Channel.objects.select_related("team"), team=team, id=channel_id)
-    row = notify.send_test(ch)
-    if row.status == "sent":
-        messages.success(request, f"Test sent to {ch.name} with live figures.")
+    ids = notify.queue_test(ch)
+
+    # Broker down: the rows stay pending and beat's delivery sends them.
+    _on_commit_task(tasks.send_test, ch.id, ids)
+    return redirect(f"{reverse('alert-channels', args=[team.slug])}?test={ids[0]}")
+
+
+@team_permission("team.view")
+def channel_test_status(request: HttpRequest, team: Team, channel_id: int,
+                        notification_id: int) -> JsonResponse:
+    n = get_object_or_404(Notification, channel__team=team, channel_id=channel_id,
+                          id=notification_id, kind="test")
+    return JsonResponse(test_status(n))
+
+
+def test_status(n: Notification) -> dict:
+    done = n.status in ("sent", "failed")
+    if n.status == "sent":
+        text = f"Test sent to {n.channel.name} with live figures."
+    elif n.status == "failed":
+        text = f"Test to {n.channel.name} failed: {n.error}"
     else:
-        messages.error(request, f"Test to {ch.name} failed: {row.error}")
-    return redirect("alert-channels", team.slug)
+        text = f"Test to {n.channel.name}: sending…"
+    return {"status": n.status, "done": done, "text": text, "error": n.error or None,
+            "error_class": n.error_class or None}
 
 
 @require_POST
@@ -231,3 +288,14 @@ def channel_delete(request: HttpRequest, team: Team, channel_id: int) -> HttpRes
     ch.delete()
     messages.success(request, f"Deleted channel {ch.name}.")
     return redirect("alert-channels", team.slug)
+
+
+def confirm_email(request: HttpRequest, token: str) -> HttpResponse:
+    """The link in a confirmation e-mail: no login (the recipient may have no account); the
+    token is the secret. Confirming takes a button press, so a mail scanner that opens links
+    does not confirm for the recipient."""
+    row = get_object_or_404(EmailAddress.objects.select_related("team"), token=token)
+    if request.method == "POST" and row.confirmed_at is None:
+        row.confirmed_at = timezone.now()
+        row.save(update_fields=["confirmed_at"])
+    return render(request, "alerts/confirm.html", {"row": row})
