@@ -461,7 +461,11 @@ def compare_kpi(kpi: Kpi, base: Sequence[float | None], head: Sequence[float | N
                       f"cannot reach p < {alpha:g}; use --repeat "
                       f"{repeats_needed(alpha, paired)} or more")
         return row, None
-    threshold = math.log1p(tol / 100.0)
+    # The tolerance in the KPI's own terms: energy up to +5 %, throughput down to -5 %.
+    if kpi.higher_is_worse:
+        threshold = math.log1p(tol / 100.0)
+    else:  # a drop of 100 % or more can never be "beyond" the tolerance
+        threshold = -math.log1p(-tol / 100.0) if tol < 100.0 else math.inf
     wb = [_worse_log(kpi, v) for v in b]
     wh = [_worse_log(kpi, v) for v in h]
     test = (paired_shift if paired else unpaired_shift)(wb, wh, threshold, alpha)
@@ -474,18 +478,22 @@ def compare_kpi(kpi: Kpi, base: Sequence[float | None], head: Sequence[float | N
 
 
 def _decide(row: Row, test: ShiftTest, p: float, alpha: float, gated: bool) -> None:
-    worse_pct = (math.exp(test.estimate) - 1.0) * 100.0
+    # In the KPI's own terms: +8 % energy is "8.0 % worse", -8 % throughput "8.0 % lower".
+    kpi = KPI_BY_KEY[row.kpi]
+    change = row.change_pct or 0.0
+    worse_pct = change if kpi.higher_is_worse else -change
+    worse = f"{abs(change):.1f} % {'worse' if kpi.higher_is_worse else 'lower'}"
     tol = row.tolerance_pct
     if p < alpha:
         row.verdict = FAIL if gated else WORSE
-        row.reason = (f"{worse_pct:.1f} % worse, beyond the {tol:g} % tolerance (p = {p:.3g}"
+        row.reason = (f"{worse}, beyond the {tol:g} % tolerance (p = {p:.3g}"
                       f"{' after Holm' if gated and row.p_adjusted != row.p_value else ''})")
     elif worse_pct <= tol:
         row.verdict = PASS
         row.reason = "improved" if test.p_better < alpha else f"within the {tol:g} % tolerance"
     else:
         row.verdict = INCONCLUSIVE
-        row.reason = (f"{worse_pct:.1f} % worse but not significantly beyond the {tol:g} % "
+        row.reason = (f"{worse} but not significantly beyond the {tol:g} % "
                       f"tolerance (p = {p:.3g}): more repeats would decide")
 
 

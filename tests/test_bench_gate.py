@@ -322,3 +322,22 @@ def test_why_interleaving_is_the_default():
     crossed = simulation.simulate(0.0, gates=400, interleaved=False)
     paired = simulation.simulate(0.0, gates=400)
     assert crossed.fail > 0.05 > paired.fail
+
+
+def test_throughputs_tolerance_and_reason_are_in_its_own_terms():
+    kpi = gate.KPI_BY_KEY["throughput_per_s"]
+    base = [100.0, 101, 99, 100.5, 99.5, 100.2]
+    # -6 % in every pair (no two ratios equal): below the -5 % tolerance in all six: p = 1/64.
+    head = [b * f for b, f in zip(base, [0.94, 0.941, 0.939, 0.942, 0.938, 0.943], strict=True)]
+    c = gate.compare({"energy_per_inference_j": [0.1] * 6, "throughput_per_s": base},
+                     {"energy_per_inference_j": [0.1] * 6, "throughput_per_s": head}, "x",
+                     paired=True, gated=["throughput_per_s"])
+    row = c.rows[2]
+    assert row.p_value == pytest.approx(1 / 64) and row.verdict == gate.FAIL
+    assert row.reason.startswith(f"{abs(row.change_pct):.1f} % lower, beyond the 5 % tolerance")
+    # -4.7 .. -4.9 % in every pair: inside "down to -5 %", though base/head is +4.9 .. +5.2 %
+    # (1/0.951 = 1.0515): the tolerance is read in the KPI's own terms, not as base/head.
+    head = [b * f for b, f in zip(base, [0.951, 0.952, 0.9505, 0.9515, 0.9525, 0.953],
+                                  strict=True)]
+    row, _ = gate.compare_kpi(kpi, base, head, paired=True)
+    assert row.p_value > 0.5  # every pair is above 0.95 x base: not beyond the tolerance
