@@ -341,3 +341,19 @@ def test_throughputs_tolerance_and_reason_are_in_its_own_terms():
                                   strict=True)]
     row, _ = gate.compare_kpi(kpi, base, head, paired=True)
     assert row.p_value > 0.5  # every pair is above 0.95 x base: not beyond the tolerance
+
+
+def test_a_pass_must_rule_out_four_times_the_tolerance():
+    # Eight pairs scattered from -25 % to +45 %: the estimate (+1.8 %) is inside the 5 %
+    # tolerance, but n = 8 gives c = 30 (P(W+ >= 30) = 0.0391 <= 0.05 < P(>= 29) = 0.0547),
+    # so the 90 % interval runs to the 30th of 36 Walsh averages: 1.25 itself, +25 %, which
+    # does not rule out a 20 % regression. Such a "pass" would be a guess: undecided, and the
+    # agent runs more pairs.
+    ratios = [0.75, 1.35, 0.8, 1.45, 0.85, 1.25, 1.0, 0.9]
+    c = _energy([0.1] * 8, [0.1 * r for r in ratios], paired=True)
+    row = c.rows[0]
+    assert row.interval_pct[1] == pytest.approx(25.0)
+    assert 0 < row.change_pct < 5
+    assert row.verdict == gate.INCONCLUSIVE
+    assert "too noisy to rule out 20 %" in row.reason
+    assert gate.wants_more_pairs(c)
