@@ -345,10 +345,11 @@ def test_throughputs_tolerance_and_reason_are_in_its_own_terms():
 
 def test_a_pass_must_rule_out_four_times_the_tolerance():
     # Eight pairs scattered from -25 % to +45 %: the estimate (+1.8 %) is inside the 5 %
-    # tolerance, but n = 8 gives c = 30 (P(W+ >= 30) = 0.0391 <= 0.05 < P(>= 29) = 0.0547),
-    # so the 90 % interval runs to the 30th of 36 Walsh averages: 1.25 itself, +25 %, which
-    # does not rule out a 20 % regression. Such a "pass" would be a guess: undecided, and the
-    # agent runs more pairs.
+    # tolerance, but for n = 8, c = 31 (P(W+ >= 31) = P(W+ <= 5) = 10/256 = 0.039 <= 0.05 <
+    # P(W+ >= 30) = 14/256 = 0.055), so the 90 % interval ends at the 31st of the 36 Walsh
+    # averages, the 6th largest: 1.45, sqrt(1.45*1.35) = 1.399, 1.35, sqrt(1.45*1.25) = 1.346,
+    # sqrt(1.35*1.25) = 1.299, then 1.25 itself: +25 %, which does not rule out a 20 %
+    # regression. Such a "pass" would be a guess: undecided, and the agent runs more pairs.
     ratios = [0.75, 1.35, 0.8, 1.45, 0.85, 1.25, 1.0, 0.9]
     c = _energy([0.1] * 8, [0.1 * r for r in ratios], paired=True)
     row = c.rows[0]
