@@ -358,3 +358,19 @@ def test_a_pass_must_rule_out_four_times_the_tolerance():
     assert row.verdict == gate.INCONCLUSIVE
     assert "too noisy to rule out 20 %" in row.reason
     assert gate.wants_more_pairs(c)
+
+
+def test_the_agents_gate_needs_no_numpy_scipy_or_django():
+    # GPU hosts install the agent alone: the gate's statistics are the standard library's.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, collectors.bench, collectors.bench_gate, collectors.cli; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'numpy', 'scipy', 'django', 'greenops'}))")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
