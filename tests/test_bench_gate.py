@@ -322,3 +322,55 @@ def test_why_interleaving_is_the_default():
     crossed = simulation.simulate(0.0, gates=400, interleaved=False)
     paired = simulation.simulate(0.0, gates=400)
     assert crossed.fail > 0.05 > paired.fail
+
+
+def test_throughputs_tolerance_and_reason_are_in_its_own_terms():
+    kpi = gate.KPI_BY_KEY["throughput_per_s"]
+    base = [100.0, 101, 99, 100.5, 99.5, 100.2]
+    # -6 % in every pair (no two ratios equal): below the -5 % tolerance in all six: p = 1/64.
+    head = [b * f for b, f in zip(base, [0.94, 0.941, 0.939, 0.942, 0.938, 0.943], strict=True)]
+    c = gate.compare({"energy_per_inference_j": [0.1] * 6, "throughput_per_s": base},
+                     {"energy_per_inference_j": [0.1] * 6, "throughput_per_s": head}, "x",
+                     paired=True, gated=["throughput_per_s"])
+    row = c.rows[2]
+    assert row.p_value == pytest.approx(1 / 64) and row.verdict == gate.FAIL
+    assert row.reason.startswith(f"{abs(row.change_pct):.1f} % lower, beyond the 5 % tolerance")
+    # -4.7 .. -4.9 % in every pair: inside "down to -5 %", though base/head is +4.9 .. +5.2 %
+    # (1/0.951 = 1.0515): the tolerance is read in the KPI's own terms, not as base/head.
+    head = [b * f for b, f in zip(base, [0.951, 0.952, 0.9505, 0.9515, 0.9525, 0.953],
+                                  strict=True)]
+    row, _ = gate.compare_kpi(kpi, base, head, paired=True)
+    assert row.p_value > 0.5  # every pair is above 0.95 x base: not beyond the tolerance
+
+
+def test_a_pass_must_rule_out_four_times_the_tolerance():
+    # Eight pairs scattered from -25 % to +45 %: the estimate (+1.8 %) is inside the 5 %
+    # tolerance, but for n = 8, c = 31 (P(W+ >= 31) = P(W+ <= 5) = 10/256 = 0.039 <= 0.05 <
+    # P(W+ >= 30) = 14/256 = 0.055), so the 90 % interval ends at the 31st of the 36 Walsh
+    # averages, the 6th largest: 1.45, sqrt(1.45*1.35) = 1.399, 1.35, sqrt(1.45*1.25) = 1.346,
+    # sqrt(1.35*1.25) = 1.299, then 1.25 itself: +25 %, which does not rule out a 20 %
+    # regression. Such a "pass" would be a guess: undecided, and the agent runs more pairs.
+    ratios = [0.75, 1.35, 0.8, 1.45, 0.85, 1.25, 1.0, 0.9]
+    c = _energy([0.1] * 8, [0.1 * r for r in ratios], paired=True)
+    row = c.rows[0]
+    assert row.interval_pct[1] == pytest.approx(25.0)
+    assert 0 < row.change_pct < 5
+    assert row.verdict == gate.INCONCLUSIVE
+    assert "too noisy to rule out 20 %" in row.reason
+    assert gate.wants_more_pairs(c)
+
+
+def test_the_agents_gate_needs_no_numpy_scipy_or_django():
+    # GPU hosts install the agent alone: the gate's statistics are the standard library's.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, collectors.bench, collectors.bench_gate, collectors.cli; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'numpy', 'scipy', 'django', 'greenops'}))")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
