@@ -14,7 +14,7 @@ from ninja.security import django_auth
 from greenops import windows
 from greenops.api.body import json_body
 from greenops.errors import FieldError
-from greenops.teams.permissions import authorize_api
+from greenops.teams.api_tokens import authorize_caller, team_auth, usage_examples
 from greenops.telemetry import host_samples, ingest
 from greenops.telemetry.host_auth import host_token, host_token_for_samples
 from greenops.telemetry.queries import RANGES, team_usage
@@ -38,10 +38,14 @@ class GreenOpsAPI(NinjaAPI):
         ref = {"$ref": "#/components/schemas/Error"}
         error = {"description": "Any error: 4xx naming the field at fault (see README Errors)",
                  "content": {"application/json": {"schema": ref}}}
-        for operations in schema["paths"].values():
-            for operation in operations.values():
+        for path, operations in schema["paths"].items():
+            for method, operation in operations.items():
                 operation["responses"].setdefault("default", error)
                 operation.setdefault("security", [])
+                if any("TeamAuth" in s for s in operation["security"]):
+                    scope = "read" if method == "get" and "audit" not in path else "admin"
+                    operation["description"] = (operation.get("description") or "") + \
+                        usage_examples(method, path, scope)
         return schema
 
 
@@ -282,10 +286,10 @@ def list_teams(request: HttpRequest):
     return [{"slug": m.team.slug, "name": m.team.name, "role": m.role} for m in memberships]
 
 
-@api.get("/teams/{slug}/usage", auth=django_auth, response={200: dict, 404: ErrorOut},
+@api.get("/teams/{slug}/usage", auth=team_auth, response={200: dict, 404: ErrorOut},
          summary="GPU utilisation, power and energy per GPU over a range")
 def get_usage(request: HttpRequest, slug: str, range: str = "day"):
-    team, _role = authorize_api(request.user, slug, "team.view")
+    team = authorize_caller(request, slug, "team.view")
     return Status(200, team_usage(team, windows.parse_range(range, RANGES)))
 
 

@@ -15,6 +15,7 @@ from ninja.security import django_auth
 from greenops import ratelimit
 from greenops.api.body import declared_body, json_body
 from greenops.errors import FieldError
+from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import enrollment
 from greenops.telemetry.host_auth import host_token
@@ -84,10 +85,10 @@ def get_whoami(request: HttpRequest):
             "data_lag_s": s.data_lag_s}
 
 
-@router.get("/teams/{slug}/hosts", auth=django_auth, response={200: list[dict], 403: ErrorOut,
+@router.get("/teams/{slug}/hosts", auth=team_auth, response={200: list[dict], 403: ErrorOut,
                                                                404: ErrorOut})
 def list_hosts(request: HttpRequest, slug: str):
-    team, _ = authorize_api(request.user, slug, "hosts.view")
+    team = authorize_caller(request, slug, "hosts.view")
     return Status(200, [s.as_dict() for s in host_statuses(team)])
 
 
