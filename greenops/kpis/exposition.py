@@ -77,7 +77,7 @@ def _latency(name: str, doc: dict, labels: list[str], values: list[str],
 
 
 def _le(seconds: float) -> str:
-    return repr(float(seconds))
+    return format(float(seconds), ".12g")
 
 
 class TeamCollector:
