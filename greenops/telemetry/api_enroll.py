@@ -12,7 +12,7 @@ from ninja import Router, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops import ratelimit
+from greenops import ratelimit, windows
 from greenops.api.body import declared_body, json_body
 from greenops.errors import FieldError
 from greenops.teams.api_tokens import authorize_caller, team_auth
@@ -21,6 +21,8 @@ from greenops.telemetry import enrollment
 from greenops.telemetry.host_auth import host_token
 from greenops.telemetry.host_status import host_status, host_statuses
 from greenops.telemetry.models import Host
+from greenops.telemetry.power import power_intervals
+from greenops.telemetry.queries import RANGES
 
 router = Router(tags=["hosts"])
 
@@ -90,6 +92,15 @@ def get_whoami(request: HttpRequest):
 def list_hosts(request: HttpRequest, slug: str):
     team = authorize_caller(request, slug, "hosts.view")
     return Status(200, [s.as_dict() for s in host_statuses(team)])
+
+
+@router.get("/teams/{slug}/hosts/{host_id}/power", auth=team_auth,
+            response={200: dict, 403: ErrorOut, 404: ErrorOut},
+            summary="A host's average power per interval, per GPU and for the host")
+def get_host_power(request: HttpRequest, slug: str, host_id: int, range: str = "day"):
+    team = authorize_caller(request, slug, "hosts.view")
+    host = get_object_or_404(Host, id=host_id, team=team)
+    return Status(200, power_intervals(host, windows.parse_range(range, RANGES)))
 
 
 @router.post("/teams/{slug}/enrollment-tokens", auth=django_auth,
