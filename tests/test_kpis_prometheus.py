@@ -244,7 +244,14 @@ def test_prometheus_increase_equals_the_kpi_api(live_server, team, prometheus):
         status, body = _get(f"{base}/api/v1/teams/{team.slug}/kpis?"
                             f"{urllib.parse.urlencode(q)}", token)
         assert status == 200, body
-        return json.loads(body)["current"]
+        current = json.loads(body)["current"]
+        print(f"NOTE curl -H 'Authorization: Bearer gha_…' '{base}/api/v1/teams/{team.slug}/"
+              f"kpis?{urllib.parse.urlencode(q)}'\n     -> " + json.dumps(
+                  {k: current[k] for k in ("gpu_energy_kwh", "energy_kwh", "facility_energy_kwh",
+                                           "co2e_kg", "cost_usd", "requests",
+                                           "energy_per_inference_j",
+                                           "cost_per_1k_inferences_usd", "latency_p99_ms")}))
+        return current
 
     team_kpi, wl_kpi = kpi(), kpi(w.slug)
     # The KPI API against the hand-computed hour first (module docstring).
@@ -262,6 +269,7 @@ def test_prometheus_increase_equals_the_kpi_api(live_server, team, prometheus):
     for panel in promql.PANELS:
         expr = promql.bind(panel.expr, team=team.slug, window=window, workload=w.slug)
         result = prom.query(expr, at=t_b)
+        print(f"NOTE GET {prom.base}/api/v1/query?query=<expr>&time={t_b:.3f}")
         assert len(result) == 1, (panel.title, expr, result)
         got = float(result[0]["value"][1])
         want = (wl_kpi if panel.per_workload else team_kpi)[panel.kpi] * panel.scale
