@@ -57,9 +57,8 @@ def _rows(team: Team, workload: Workload | None, first: dt.datetime,
     return rows_by_day(team, workload, first, end)
 
 
-def _known_cost(rows: list[KpiRollup]) -> tuple[float, int]:
-    priced = [r.cost_usd for r in rows if r.cost_usd is not None]
-    return float(sum(priced)), len(rows) - len(priced)
+def _known_cost(rows: list[KpiRollup]) -> float:
+    return float(sum(r.cost_usd for r in rows if r.cost_usd is not None))
 
 
 def _latency(name: str, doc: dict, labels: list[str], values: list[str],
@@ -102,7 +101,11 @@ class TeamCollector:
         t = [team.slug]
         rows = _rows(team, None, start, end)
         tot = metrics.merge(rows)
-        cost, unpriced = _known_cost(rows)
+        cost = _known_cost(rows)
+        # Counted on hour rows (a day row stands for up to 24 of them).
+        hours = KpiRollup.objects.filter(team=team, workload__isnull=True, period=Period.HOUR)
+        unpriced = hours.filter(cost_usd__isnull=True).count()
+        simulated = hours.filter(simulated=True).count()
         inf_rows = [metrics._inference_figures(r) for r in rows]
         inf_cost = sum(c for _, _, c in inf_rows if c is not None)
         for name, doc, value in (
@@ -118,8 +121,7 @@ class TeamCollector:
              sum(e for e, _, _ in inf_rows)),
             ("greenops_inference_cost_usd", "Cost of the GPUs serving inference (priced hours)",
              inf_cost),
-            ("greenops_simulated_hours", "Hours holding simulated samples",
-             sum(1 for r in rows if r.simulated and r.period == Period.HOUR)),
+            ("greenops_simulated_hours", "Hours holding simulated samples", simulated),
         ):
             fam = CounterMetricFamily(name, doc, labels=["team"])
             fam.add_metric(t, float(value))
@@ -149,7 +151,7 @@ class TeamCollector:
             if not rows:
                 continue
             tot = metrics.merge(rows)
-            cost, _unpriced = _known_cost(rows)
+            cost = _known_cost(rows)
             v = [team.slug, w.slug]
             fams["greenops_workload_gpu_energy_joules"].add_metric(v, tot.gpu_energy_j)
             fams["greenops_workload_it_energy_joules"].add_metric(v, tot.energy_j)
