@@ -196,6 +196,11 @@ def run(config: object, source: GpuSource | None = None) -> int:
 
     assert isinstance(config, AgentConfig)
     dcgm = next((t for t in config.scrape if t.kind == "dcgm"), None)
+    if config.simulate and dcgm is not None and source is None:
+        # Every configured source runs, or the agent says why it will not start: simulated
+        # GPUs would leave the exporter's real figures unread without a word.
+        return fail(f"the config has simulate = {config.simulate} and a dcgm-exporter target "
+                    f"({dcgm.url}); a simulated host reads no real GPUs, so remove one of them")
     try:
         if source is None and config.simulate:
             source = SimulatedSource(config.simulate, seed=config.seed)

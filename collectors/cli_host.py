@@ -28,6 +28,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     enroll.add_argument("--simulate", type=int, metavar="N",
                         help="register N simulated GPUs (no NVML); `run` then simulates too")
     enroll.add_argument("--nvml-lib", metavar="MODULE", help="import this instead of pynvml")
+    enroll.add_argument("--dcgm-url", metavar="URL",
+                        help="dcgm-exporter's /metrics, e.g. http://127.0.0.1:9400/metrics: "
+                        "GPUs come from it where NVML is absent (Kubernetes GPU nodes), and "
+                        "`run` reads it (written to the config as a [[scrape]] dcgm target)")
     enroll.add_argument("--instance-type", help="e.g. p4d.24xlarge (default: cloud metadata)")
     enroll.add_argument("--region", help="e.g. us-east-1 (default: cloud metadata)")
     enroll.add_argument("--provider", help="aws, gcp, azure or on_prem")
@@ -58,15 +62,30 @@ def dispatch(args: argparse.Namespace) -> int:
     return doctor(args)
 
 
-def _gpus(simulate: int | None, nvml_lib: str | None) -> list[dict]:
+def _gpus(simulate: int | None, nvml_lib: str | None, dcgm_url: str | None = None) -> list[dict]:
+    from collectors.dcgm import DcgmUnavailable, open_gpu_source
     from collectors.inventory import build_inventory
+    from collectors.scrape import TargetError, parse_target
     from collectors.simulated import SimulatedSource
     from collectors.sources import NvmlSource, NvmlUnavailable, load_nvml_lib
 
     try:
-        source = SimulatedSource(simulate) if simulate else NvmlSource(load_nvml_lib(nvml_lib))
+        if simulate:
+            source = SimulatedSource(simulate)
+        elif dcgm_url:
+            # The same choice `run` makes: NVML with the exporter's fields beside it, or the
+            # exporter alone where NVML is absent or sees no GPU.
+            target = parse_target({"url": dcgm_url, "kind": "dcgm"}, "--dcgm-url")
+            source = open_gpu_source(nvml_lib, target, 15.0)
+        else:
+            source = NvmlSource(load_nvml_lib(nvml_lib))
+    except TargetError as exc:
+        raise ConfigError(str(exc)) from None
+    except DcgmUnavailable as exc:
+        raise ConfigError(f"no NVML and {exc}") from None
     except NvmlUnavailable as exc:
-        raise ConfigError(f"{exc}; use --simulate N to enroll with simulated GPUs") from None
+        raise ConfigError(f"{exc}; use --dcgm-url URL on a host whose GPUs dcgm-exporter "
+                          "reports, or --simulate N to enroll with simulated GPUs") from None
     except ImportError as exc:
         raise ConfigError(f"cannot import the NVML library: {exc}") from None
     try:
@@ -85,10 +104,13 @@ def enroll(args: argparse.Namespace) -> int:
 
     if args.simulate is not None and args.simulate < 1:
         return _fail("--simulate must be at least 1 GPU")
+    if args.simulate and args.dcgm_url:
+        return _fail("--simulate and --dcgm-url exclude each other: a simulated host reads no "
+                     "real GPUs, so the exporter would never be read")
     path = Path(args.config).expanduser() if args.config else en.enroll_config_path()
     try:
         en.check_writable(path)  # before the server spends the single-use token
-        gpus = _gpus(args.simulate, args.nvml_lib)
+        gpus = _gpus(args.simulate, args.nvml_lib, args.dcgm_url)
         configured = {"instance_type": args.instance_type, "region": args.region,
                       "provider": args.provider, "country": args.country}
         metadata = None if args.metadata_url in ("", "off", "none") else args.metadata_url
@@ -99,6 +121,8 @@ def enroll(args: argparse.Namespace) -> int:
             updates["simulate"] = args.simulate
         if args.nvml_lib:
             updates["nvml_lib"] = args.nvml_lib
+        if args.dcgm_url:
+            updates["scrape"] = en.with_dcgm_target(en.existing_scrape(path), args.dcgm_url)
         en.write_config(path, updates)
     except (en.EnrollError, ConfigError) as exc:
         return _fail(str(exc))

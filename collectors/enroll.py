@@ -228,12 +228,40 @@ def check_writable(path: Path) -> None:
     _read_existing(path)
 
 
+def existing_scrape(path: Path) -> list[dict]:
+    """The [[scrape]] tables the config at `path` has now (none if there is no file)."""
+    scrape = _read_existing(path).get("scrape", [])
+    return [dict(t) for t in scrape] if isinstance(scrape, list) else []
+
+
+def with_dcgm_target(scrape: list[dict], url: str) -> list[dict]:
+    """`scrape` with its dcgm target (a host has one exporter) set to `url`; the inference
+    server targets stay as they were."""
+    return [t for t in scrape if t.get("kind") != "dcgm"] + [{"url": url, "kind": "dcgm"}]
+
+
+def _toml_table(name: str, table: dict) -> str:
+    lines = [f"\n[[{name}]]\n"]
+    for k, v in table.items():
+        if isinstance(v, dict):
+            inner = ", ".join(f"{json.dumps(str(ik))} = {_toml_value(iv)}"
+                              for ik, iv in v.items())
+            lines.append(f"{k} = {{{inner}}}\n")
+        else:
+            lines.append(f"{k} = {_toml_value(v)}\n")
+    return "".join(lines)
+
+
 def write_config(path: Path, updates: dict) -> None:
-    """Merge `updates` into the TOML file at `path`, atomically, readable only by its owner."""
+    """Merge `updates` into the TOML file at `path`, atomically, readable only by its owner.
+    Arrays of tables ([[scrape]]) are written after the plain keys, as TOML requires."""
     merged = {**_read_existing(path), **updates}
+    plain = {k: v for k, v in merged.items() if not isinstance(v, list)}
+    tables = {k: v for k, v in merged.items() if isinstance(v, list)}
     text = (f"# Written by greenops-agent enroll on {time.strftime('%Y-%m-%d %H:%M:%S')}.\n"
             "# Holds this host's token: keep it readable by its owner only (mode 0600).\n"
-            + "".join(f"{k} = {_toml_value(v)}\n" for k, v in merged.items()))
+            + "".join(f"{k} = {_toml_value(v)}\n" for k, v in plain.items())
+            + "".join(_toml_table(k, t) for k, rows in tables.items() for t in rows))
     tmp = _tmp_path(path)
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from greenops.teams.models import AuditEvent, Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry import fleet, host_samples
 from greenops.telemetry.models import Host
+from greenops.telemetry.power import power_intervals
 from greenops.telemetry.queries import RANGES
 
 # Hosts the team home lists (offline first); a 125-host fleet's table is on the Hosts page.
@@ -71,6 +72,9 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     return render(request, "dashboards/team.html", ctx)
 
 
+POWER_ROWS = 12  # intervals in the host page's power table
+
+
 @team_permission("hosts.view")
 def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
     host = get_object_or_404(Host, id=host_id, team=team)
@@ -91,7 +95,10 @@ def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
         "ranges": RANGES,
         "range_key": key,
         "online": host.is_online(),
+        # The newest intervals with a power figure, newest first; the API gives them all.
+        "power": power_intervals(host, key),
     }
+    ctx["power_rows"] = list(reversed(ctx["power"]["intervals"]))[:POWER_ROWS]
     return render(request, "dashboards/host.html", ctx)
 
 

@@ -141,3 +141,29 @@ def test_two_workloads_on_the_same_gpus_split_the_saving(team, shared_host):
     # each GPU is claimed by both workloads: each gets half, together the whole host
     whole = (20 - SPOT_EFFECTIVE) * HOURS
     assert [r["monthly_usd_saved"] for r in spots] == pytest.approx([whole / 2, whole / 2])
+
+
+def test_spot_advice_uses_the_latest_stored_spot_price_and_says_since_when(team, shared_host):
+    # The refresh stored a 7-day median of 8 $/h and the latest price, 6.50 $/h, in force
+    # since three hours before NOW: spot moves hourly, so the advice uses the latest.
+    from decimal import Decimal
+
+    from greenops.costs.models import Price
+
+    changed = NOW - dt.timedelta(hours=3)
+    Price.objects.filter(option="spot").update(
+        latest_usd_per_hour=Decimal("6.5"), detail={"last_change_at": changed.isoformat()})
+    host, g0, g1 = shared_host
+    trainer = Workload.objects.create(team=team, name="trainer", kind="training",
+                                      interruptible=True, checkpoint_interval_min=30)
+    trainer.gpus.add(g0, g1)
+    (spot,) = [r for r in recs(team) if r["kind"] == "spot"]
+    effective = 6.5 * (1 + 0.05 / 730 * 25 / 60)  # the same redo allowance as SPOT_EFFECTIVE
+    # (20 - 6.500186) $/h x 101.39 h = 1368.74 $/month (the median would say 1216.64 $)
+    assert spot["monthly_usd_saved"] == pytest.approx((20 - effective) * HOURS)
+    (price,) = [p for p in spot["prices"] if p.get("used")]  # the on-demand row has none
+    assert price["usd_per_hour"] == 6.5 and price["median_usd_per_hour"] == 8.0
+    assert price["used"] == "latest" and price["price_at"] == changed.isoformat()
+    stamp = changed.strftime("%Y-%m-%d %H:%M")
+    assert f"Spot at $6.5000/h: the latest price, in force since {stamp} UTC" in \
+        spot["reasoning"]

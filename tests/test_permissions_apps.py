@@ -94,6 +94,7 @@ API = [
     ("api-workload-new", "post", "/api/v1/teams/{slug}/workloads", "admin", 201,
      {"name": "Image Ranker", "kind": "inference"}),
     ("api-kpis", "get", "/api/v1/teams/{slug}/kpis", "viewer", 200, None),
+    ("api-metrics", "get", "/api/v1/teams/{slug}/metrics", "viewer", 200, None),
     ("api-recommendations", "get", "/api/v1/teams/{slug}/recommendations", "viewer", 200, None),
     ("api-costs", "get", "/api/v1/teams/{slug}/costs", "viewer", 200, None),
     ("api-benchmark-ack", "post", "/api/v1/teams/{slug}/benchmarks/runs/{run}/acknowledge",
@@ -207,7 +208,8 @@ def test_token_create_and_revoke_are_audited_once(client, team_roles, team):
     token = ApiToken.objects.get(team=team, name="ci")
     created = AuditEvent.objects.get(action="token.created")
     assert (created.team, created.actor, created.target) == (team, admin, str(token))
-    assert created.detail == {"token_id": token.id}
+    # Tokens made without choosing keep the pre-scope meaning: ingest, no expiry.
+    assert created.detail == {"token_id": token.id, "scope": "ingest", "expires_at": None}
     url = f"/teams/{team.slug}/api-tokens/{token.id}/revoke/"
     assert client.post(url).status_code == 302
     assert client.post(url).status_code == 302  # a double click revokes (and records) nothing
@@ -289,11 +291,13 @@ def _session_team_operations():
     from ninja.security import SessionAuth
 
     from greenops.api.v1 import api
+    from greenops.teams.api_tokens import TeamAuth
 
     for _prefix, router in api._routers:
         for path, view in router.path_operations.items():
             for op in view.operations:
-                if "{slug}" in path and any(isinstance(a, SessionAuth) for a in op.auth_callbacks):
+                if "{slug}" in path and any(isinstance(a, SessionAuth | TeamAuth)
+                                          for a in op.auth_callbacks):
                     yield path, op
 
 
@@ -306,7 +310,8 @@ def test_every_team_endpoint_of_these_apps_checks_the_matrix_and_is_tested():
         if op.view_func.__module__ not in modules:
             continue  # teams and hosts endpoints: tests/test_teams_permissions.py
         seen += 1
-        assert "authorize_api(" in inspect.getsource(op.view_func), path
+        source = inspect.getsource(op.view_func)
+        assert "authorize_api(" in source or "authorize_caller(" in source, path
         for method in op.methods:
             assert (method, path) in covered, f"{method} {path} has no permission test"
     assert seen == len(API)

@@ -11,6 +11,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from greenops.errors import FieldError
+from greenops.teams.api_tokens import usage_examples
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -31,10 +32,14 @@ class GreenOpsAPI(NinjaAPI):
         ref = {"$ref": "#/components/schemas/Error"}
         error = {"description": "Any error: 4xx naming the field at fault (see README Errors)",
                  "content": {"application/json": {"schema": ref}}}
-        for operations in schema["paths"].values():
-            for operation in operations.values():
+        for path, operations in schema["paths"].items():
+            for method, operation in operations.items():
                 operation["responses"].setdefault("default", error)
                 operation.setdefault("security", [])
+                if any("TeamAuth" in s for s in operation["security"]):
+                    scope = "read" if method == "get" and "audit" not in path else "admin"
+                    operation["description"] = (operation.get("description") or "") + \
+                        usage_examples(method, path, scope)
         return schema
 
 

@@ -12,7 +12,7 @@ from greenops import windows
 from greenops.api.error_answers import api
 from greenops.api.fastpath import answer_samples
 from greenops.request_body import json_body
-from greenops.teams.permissions import authorize_api
+from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.telemetry import host_samples, ingest
 from greenops.telemetry.host_auth import host_token, host_token_for_samples
 from greenops.telemetry.queries import RANGES, team_usage
@@ -182,10 +182,10 @@ def list_teams(request: HttpRequest):
     return [{"slug": m.team.slug, "name": m.team.name, "role": m.role} for m in memberships]
 
 
-@api.get("/teams/{slug}/usage", auth=django_auth, response={200: dict, 404: ErrorOut},
+@api.get("/teams/{slug}/usage", auth=team_auth, response={200: dict, 404: ErrorOut},
          summary="GPU utilisation, power and energy per GPU over a range")
 def get_usage(request: HttpRequest, slug: str, range: str = "day"):
-    team, _role = authorize_api(request.user, slug, "team.view")
+    team = authorize_caller(request, slug, "team.view")
     return Status(200, team_usage(team, windows.parse_range(range, RANGES)))
 
 

@@ -6,33 +6,32 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Router
 from ninja.responses import Status
-from ninja.security import django_auth
 
 from greenops import windows
 from greenops.costs.accounting import collect, team_costs
 from greenops.costs.catalog import is_stale
 from greenops.costs.models import Price
 from greenops.costs.team_recommendations import team_recommendations
-from greenops.teams.permissions import authorize_api
+from greenops.teams.api_tokens import authorize_caller, team_auth
 
 router = Router(tags=["costs"])
 
 
-@router.get("/teams/{slug}/recommendations", auth=django_auth, response={200: dict},
+@router.get("/teams/{slug}/recommendations", auth=team_auth, response={200: dict},
             summary="Purchase-option recommendations from measured usage (estimates)")
 def get_recommendations(request: HttpRequest, slug: str, lookback: str | None = None):
-    team, _role = authorize_api(request.user, slug, "team.view")
+    team = authorize_caller(request, slug, "team.view")
     return Status(200, team_recommendations(team, windows.parse_lookback(lookback)))
 
 
-@router.get("/teams/{slug}/costs", auth=django_auth, response={200: dict},
+@router.get("/teams/{slug}/costs", auth=team_auth, response={200: dict},
             summary="Cost per host, workload and idle GPU-hours over a lookback")
 def get_costs(request: HttpRequest, slug: str, lookback: str | None = None):
-    team, _role = authorize_api(request.user, slug, "team.view")
+    team = authorize_caller(request, slug, "team.view")
     return Status(200, team_costs(collect(team, windows.parse_lookback(lookback))))
 
 
-@router.get("/prices", auth=django_auth, response={200: dict},
+@router.get("/prices", auth=team_auth, response={200: dict},
             summary="The price catalog with each price's source and age")
 def get_prices(request: HttpRequest, region: str = "", instance_type: str = ""):
     qs = Price.objects.all()

@@ -47,9 +47,28 @@ def carbon_factors(host: Host, pue: float | None, intensity: float | None
         f"({f.intensity_source})")
 
 
+def spot_used(p: Price) -> tuple[float, str, str]:
+    """(the spot $/h advice uses, since when it is in force, what it is): the latest price
+    when the refresh stored one -- spot moves hourly, and a 7-day median can lag it by days --
+    else the stored figure, as of its date."""
+    if p.latest_usd_per_hour is not None:
+        since = (p.detail or {}).get("last_change_at") or p.as_of.isoformat()
+        return float(p.latest_usd_per_hour), since, "latest"
+    return float(p.usd_per_hour), p.as_of.isoformat(), "stored"
+
+
+def _price_info(p: Price, now: dt.datetime | None) -> dict:
+    info = {"label": p.label, "usd_per_hour": float(p.usd_per_hour), "source": p.source,
+            "as_of": p.as_of.isoformat(), "stale": is_stale(p, now)}
+    if p.option == PriceOption.SPOT:
+        used, since, what = spot_used(p)
+        info.update(usd_per_hour=used, price_at=since, used=what,
+                    median_usd_per_hour=float(p.usd_per_hour))
+    return info
+
+
 def _price_note(prices: list[Price], now: dt.datetime | None) -> tuple[list[dict], str]:
-    info = [{"label": p.label, "usd_per_hour": float(p.usd_per_hour), "source": p.source,
-             "as_of": p.as_of.isoformat(), "stale": is_stale(p, now)} for p in prices]
+    info = [_price_info(p, now) for p in prices]
     stale = [i for i in info if i["stale"]]
     note = ""
     if stale:
@@ -237,11 +256,14 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
             month = to_month(tu, [h.host for h in hosts])
             hours = sum(h.running_hours * share[h.host.id] for h in hosts) * month
             kwh = sum(h.energy_kwh * share[h.host.id] for h in hosts) * month * p
-            r = rec.spot_fit(traits, float(od.usd_per_hour),
-                             float(spot.usd_per_hour) if spot else None,
+            spot_usd, spot_at, spot_what = spot_used(spot) if spot else (None, "", "")
+            r = rec.spot_fit(traits, float(od.usd_per_hour), spot_usd,
                              spot.interruption_band if spot else "", hours, kwh, i)
             if r is None:
                 continue
+            if spot is not None and r.kind == "spot":
+                r.reasoning += (f" Spot at ${spot_usd:.4f}/h: the {spot_what} price, in force "
+                                f"since {spot_at[:16].replace('T', ' ')} UTC.")
             if len(groups) > 1:
                 r.subject = f"{w.name} on {itype} in {region}"
             _note_sharing(r, w.name, hosts, share, on_host)

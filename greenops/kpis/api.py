@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Router
 from ninja.responses import Status
-from ninja.security import django_auth
 
 from greenops import windows
-from greenops.kpis import inference, queries
+from greenops.kpis import exposition, inference, queries
 from greenops.request_body import json_body
-from greenops.teams.permissions import authorize_api
+from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.telemetry.host_auth import team_or_host_token_auth
 from greenops.workloads.models import Workload
 
@@ -63,13 +62,13 @@ def post_inference(request: HttpRequest):
     return Status(202, inference.accept(request.auth.team, doc, sender=request.auth.label))
 
 
-@router.get("/teams/{slug}/kpis", auth=django_auth, response={200: dict},
+@router.get("/teams/{slug}/kpis", auth=team_auth, response={200: dict},
             summary="KPIs of a team or one of its workloads, with the previous period")
 def get_kpis(request: HttpRequest, slug: str, range: str = "day", workload: str = "",
              start: str = "", end: str = ""):
     """`range` picks a preset; `start` and `end` (ISO 8601) ask for any other window, which is
     widened to whole hours (whole days beyond 31 days) because rollups are hourly and daily."""
-    team, _role = authorize_api(request.user, slug, "team.view")
+    team = authorize_caller(request, slug, "team.view")
     wl = get_object_or_404(Workload, team=team, slug=workload) if workload else None
     if start or end:
         w = windows.custom(start, end)
@@ -78,3 +77,17 @@ def get_kpis(request: HttpRequest, slug: str, range: str = "day", workload: str 
     key = windows.parse_range(range, queries.RANGES)
     return Status(200, {"team": team.slug, "workload": workload or None,
                         **queries.overview(team, wl, key)})
+
+
+@router.get("/teams/{slug}/metrics", auth=team_auth,
+            openapi_extra={"responses": {200: {
+                "description": "Prometheus text exposition format 0.0.4",
+                "content": {"text/plain": {"schema": {"type": "string"}}}}}},
+            summary="The team's figures for Prometheus (text exposition format)",
+            description="Scrape with a read token: `authorization: {type: Bearer, credentials: "
+            "gha_…}` in the scrape config. Counters are running totals of the KPI rollups "
+            "(`increase()` over a window is the KPI API's figure for it); see "
+            "dashboards/grafana/ for the queries the shipped Grafana dashboard runs.")
+def get_metrics(request: HttpRequest, slug: str):
+    team = authorize_caller(request, slug, "team.view")
+    return HttpResponse(exposition.exposition(team), content_type=exposition.CONTENT_TYPE)

@@ -12,6 +12,7 @@ from greenops.reports import generate
 from greenops.reports.models import Report, Trigger
 from greenops.reports.month_figures import Month
 from greenops.reports.views import status_dict
+from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.teams.permissions import authorize_api
 
 router = Router(tags=["reports"])
@@ -21,10 +22,10 @@ class ReportRequest(Schema):
     month: str
 
 
-@router.get("/teams/{slug}/reports", auth=django_auth, response={200: list[dict]},
+@router.get("/teams/{slug}/reports", auth=team_auth, response={200: list[dict]},
             summary="The team's report generations, newest month first")
 def list_reports(request: HttpRequest, slug: str):
-    team, _role = authorize_api(request.user, slug, "team.view")
+    team = authorize_caller(request, slug, "team.view")
     rows = Report.objects.filter(team=team).select_related("team", "unchanged_from")[:200]
     return Status(200, [status_dict(r) for r in rows])
 
@@ -37,10 +38,10 @@ def post_report(request: HttpRequest, slug: str, body: ReportRequest):
     return Status(202, status_dict(report))
 
 
-@router.get("/teams/{slug}/reports/{report_id}", auth=django_auth, response={200: dict},
+@router.get("/teams/{slug}/reports/{report_id}", auth=team_auth, response={200: dict},
             summary="One generation: status, progress, and the figures it stored")
 def get_report(request: HttpRequest, slug: str, report_id: int):
-    team, _role = authorize_api(request.user, slug, "team.view")
+    team = authorize_caller(request, slug, "team.view")
     report = get_object_or_404(Report.objects.select_related("team", "unchanged_from"),
                                team=team, id=report_id)
     shown = report.unchanged_from or report

@@ -10,6 +10,7 @@ from ninja.security import django_auth
 from greenops.errors import invalid
 from greenops.site import site_url
 from greenops.teams import invitations
+from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.teams.models import Role
 from greenops.teams.permissions import ROLE_ORDER, authorize_api, matrix_rows
 
@@ -32,10 +33,10 @@ def get_permissions(request: HttpRequest):
     return {"roles": list(ROLE_ORDER), "actions": matrix_rows()}
 
 
-@router.get("/teams/{slug}/members", auth=django_auth,
+@router.get("/teams/{slug}/members", auth=team_auth,
             response={200: list[dict], 403: ErrorOut, 404: ErrorOut})
 def list_members(request: HttpRequest, slug: str):
-    team, _ = authorize_api(request.user, slug, "members.view")
+    team = authorize_caller(request, slug, "members.view")
     rows = team.memberships.select_related("user").order_by("user__username")
     return Status(200, [{"id": m.id, "username": m.user.get_username(), "role": m.role}
                         for m in rows])
@@ -57,10 +58,10 @@ def create_invitation(request: HttpRequest, slug: str, body: InviteIn):
                         "mail_error": inv.mail_error or None})
 
 
-@router.get("/teams/{slug}/audit", auth=django_auth,
+@router.get("/teams/{slug}/audit", auth=team_auth,
             response={200: list[dict], 403: ErrorOut, 404: ErrorOut})
 def list_audit(request: HttpRequest, slug: str, limit: int = 100):
-    team, _ = authorize_api(request.user, slug, "audit.view")
+    team = authorize_caller(request, slug, "audit.view")
     events = team.audit_events.all()[: max(1, min(limit, 1000))]
     return Status(200, [{"at": e.created_at.isoformat(), "actor": e.actor_label,
                          "action": e.action, "target": e.target, "detail": e.detail}

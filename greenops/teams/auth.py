@@ -15,7 +15,7 @@ from django.http import HttpRequest
 from ninja.security import HttpBearer
 
 from greenops.errors import FieldError
-from greenops.teams.models import ApiToken, Team, api_token_for
+from greenops.teams.models import ApiToken, Team, api_token_for, api_token_row
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,27 @@ def bearer_token(request: HttpRequest) -> str | None:
 HostLookup = Callable[[str], object | None]
 
 
-def caller_for_token(token: str | None, *, host_lookup: HostLookup | None) -> Caller:
-    """Resolve a plaintext token to its team, or raise a 401 FieldError. With `host_lookup`, a
-    host's token is accepted too and acts for the host's team."""
+def _forbidden_scope(row: ApiToken, need: str) -> FieldError:
+    return FieldError(403, "forbidden", "Authorization",
+                      f"this token's scope is {row.scope}; this request needs a token with "
+                      f"{need} scope")
+
+
+def caller_for_token(token: str | None, *, host_lookup: HostLookup | None,
+                     need: str = "ingest") -> Caller:
+    """Resolve a plaintext token to its team, or raise a 401 FieldError (unknown, revoked or
+    expired token) or a 403 (a team token whose scope does not allow `need`). With
+    `host_lookup`, a host's token is accepted too and acts for the host's team."""
     if not token:
         raise _unauthorized("send a team API token as 'Authorization: Bearer <token>'")
     row = api_token_for(token)
     if row is not None:
+        if not row.allows(need):
+            raise _forbidden_scope(row, need)
         return Caller(team=row.team, api_token=row)
+    dead = api_token_row(token)
+    if dead is not None:  # its holder knows it existed; saying why saves a support ticket
+        raise _unauthorized(f"this token is {dead.state()}")
     if host_lookup is not None:
         host = host_lookup(token)
         if host is not None:
@@ -67,16 +80,18 @@ def caller_for_token(token: str | None, *, host_lookup: HostLookup | None) -> Ca
 class TeamTokenAuth(HttpBearer):
     """`auth=TeamTokenAuth()` on a ninja operation: request.auth becomes a Caller."""
 
-    def __init__(self, host_lookup: HostLookup | None = None) -> None:
+    def __init__(self, host_lookup: HostLookup | None = None, need: str = "ingest") -> None:
         super().__init__()
         self.host_lookup = host_lookup
+        self.need = need
 
     def __call__(self, request: HttpRequest) -> Caller:
         # Overridden so a missing header is a house-style 401 too, not ninja's default body.
-        return caller_for_token(bearer_token(request), host_lookup=self.host_lookup)
+        return caller_for_token(bearer_token(request), host_lookup=self.host_lookup,
+                                need=self.need)
 
     def authenticate(self, request: HttpRequest, token: str) -> Caller:
-        return caller_for_token(token, host_lookup=self.host_lookup)
+        return caller_for_token(token, host_lookup=self.host_lookup, need=self.need)
 
 
 team_token_auth = TeamTokenAuth()

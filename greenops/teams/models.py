@@ -84,21 +84,43 @@ class Membership(models.Model):
 API_TOKEN_PREFIX = "gha_"
 
 
+# scope -> the kinds of work it allows. Read and ingest are apart on purpose: a dashboard's
+# token cannot write measurements, and an inference server's token cannot read the costs.
+SCOPE_ALLOWS: dict[str, frozenset[str]] = {
+    "read": frozenset({"read"}),
+    "ingest": frozenset({"ingest"}),
+    "admin": frozenset({"read", "ingest", "admin"}),
+}
+
+
 class ApiTokenQuerySet(models.QuerySet):
-    def active(self) -> ApiTokenQuerySet:
-        return self.filter(revoked_at__isnull=True)
+    def active(self, now=None) -> ApiTokenQuerySet:
+        """Neither revoked nor past its expiry (checked on every request, so both take effect
+        on the next one)."""
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now or timezone.now()))
 
 
 class ApiToken(models.Model):
-    """A team's API token for applications (inference counts, training jobs, codecarbon).
+    """A team's API token for applications and tools: a scope says what it may do (read the
+    team's figures, send measurements, or both plus team setup), an optional expiry ends it.
 
     Only the hash is stored; the token itself is shown once, when it is created.
     """
+
+    class Scope(models.TextChoices):
+        # What each scope allows is written once, in greenops.teams.api_tokens.SCOPE_ALLOWS.
+        READ = "read", "read: the team's figures (KPIs, usage, costs, hosts, /metrics)"
+        INGEST = "ingest", "ingest: send inference counts, training jobs, codecarbon runs"
+        ADMIN = "admin", "admin: read, ingest and team setup (workloads)"
 
     team = models.ForeignKey(Team, models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
     token_hash = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=12)
+    # Tokens made before scopes existed could only send measurements: they stay "ingest".
+    scope = models.CharField(max_length=10, choices=Scope.choices, default=Scope.INGEST)
+    expires_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -115,12 +137,25 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
     @classmethod
-    def issue(cls, team: Team, name: str, created_by=None) -> tuple[ApiToken, str]:
+    def issue(cls, team: Team, name: str, created_by=None, *, scope: str = Scope.INGEST,
+              expires_at=None) -> tuple[ApiToken, str]:
         """Create a token; returns the row and the plaintext, which is never retrievable again."""
         token = new_token(API_TOKEN_PREFIX)
         row = cls.objects.create(team=team, name=name, token_hash=hash_token(token),
-                                 prefix=token[:10], created_by=created_by)
+                                 prefix=token[:10], created_by=created_by, scope=scope,
+                                 expires_at=expires_at)
         return row, token
+
+    def allows(self, kind: str) -> bool:
+        """May this token do `kind` of work ("read", "ingest" or "admin")?"""
+        return kind in SCOPE_ALLOWS[self.scope]
+
+    def state(self, now=None) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= (now or timezone.now()):
+            return "expired"
+        return "active"
 
     def revoke(self) -> bool:
         """Revoke once; returns False if it was already revoked (so a double click is harmless)."""
@@ -136,13 +171,17 @@ class ApiToken(models.Model):
 LAST_USED_RESOLUTION_S = 60
 
 
-def api_token_for(token: str | None) -> ApiToken | None:
-    """The active token row for a plaintext token, or None. Marks it used (coarsely)."""
+def api_token_row(token: str | None) -> ApiToken | None:
+    """The token row for a plaintext token whatever its state (to say why it is refused)."""
     if not token or not token.startswith(API_TOKEN_PREFIX):
         return None
-    row = (ApiToken.objects.active().filter(token_hash=hash_token(token))
-           .select_related("team").first())
-    if row is None:
+    return ApiToken.objects.filter(token_hash=hash_token(token)).select_related("team").first()
+
+
+def api_token_for(token: str | None) -> ApiToken | None:
+    """The active token row for a plaintext token, or None. Marks it used (coarsely)."""
+    row = api_token_row(token)
+    if row is None or row.state() != "active":
         return None
     now = timezone.now()
     idle_s = None if row.last_used_at is None else (now - row.last_used_at).total_seconds()
@@ -152,10 +191,11 @@ def api_token_for(token: str | None) -> ApiToken | None:
     return row
 
 
-def team_for_api_token(token: str | None) -> Team | None:
-    """The team an application's API token belongs to; None for unknown or revoked tokens."""
+def team_for_api_token(token: str | None, need: str = "ingest") -> Team | None:
+    """The team an application's API token belongs to; None for unknown, revoked or expired
+    tokens and for tokens whose scope does not allow `need`."""
     row = api_token_for(token)
-    return row.team if row else None
+    return row.team if row is not None and row.allows(need) else None
 
 
 # --- Invitations and the audit log (issue 4) ----------------------------------------------

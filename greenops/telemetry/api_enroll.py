@@ -12,14 +12,17 @@ from ninja import Router, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
-from greenops import ratelimit
+from greenops import ratelimit, windows
 from greenops.errors import FieldError
 from greenops.request_body import declared_body, json_body
+from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import enrollment
 from greenops.telemetry.host_auth import host_token
 from greenops.telemetry.host_status import host_status, host_statuses
 from greenops.telemetry.models import Host
+from greenops.telemetry.power import power_intervals
+from greenops.telemetry.queries import RANGES
 
 router = Router(tags=["hosts"])
 
@@ -84,11 +87,20 @@ def get_whoami(request: HttpRequest):
             "data_lag_s": s.data_lag_s}
 
 
-@router.get("/teams/{slug}/hosts", auth=django_auth, response={200: list[dict], 403: ErrorOut,
+@router.get("/teams/{slug}/hosts", auth=team_auth, response={200: list[dict], 403: ErrorOut,
                                                                404: ErrorOut})
 def list_hosts(request: HttpRequest, slug: str):
-    team, _ = authorize_api(request.user, slug, "hosts.view")
+    team = authorize_caller(request, slug, "hosts.view")
     return Status(200, [s.as_dict() for s in host_statuses(team)])
+
+
+@router.get("/teams/{slug}/hosts/{host_id}/power", auth=team_auth,
+            response={200: dict, 403: ErrorOut, 404: ErrorOut},
+            summary="A host's average power per interval, per GPU and for the host")
+def get_host_power(request: HttpRequest, slug: str, host_id: int, range: str = "day"):
+    team = authorize_caller(request, slug, "hosts.view")
+    host = get_object_or_404(Host, id=host_id, team=team)
+    return Status(200, power_intervals(host, windows.parse_range(range, RANGES)))
 
 
 @router.post("/teams/{slug}/enrollment-tokens", auth=django_auth,

@@ -9,13 +9,12 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja import Router
 from ninja.responses import Status
-from ninja.security import django_auth
 
 from greenops.errors import invalid
 from greenops.request_body import declared_body, json_body
 from greenops.teams import audit
+from greenops.teams.api_tokens import actor_of, authorize_caller, team_auth
 from greenops.teams.models import AuditEvent
-from greenops.teams.permissions import authorize_api
 from greenops.telemetry.host_auth import team_or_host_token_auth
 from greenops.telemetry.models import Gpu
 from greenops.workloads import jobs
@@ -80,18 +79,18 @@ def _form_data(team, doc: dict) -> dict:
     return data
 
 
-@router.get("/teams/{slug}/workloads", auth=django_auth, summary="A team's workloads")
+@router.get("/teams/{slug}/workloads", auth=team_auth, summary="A team's workloads")
 def list_workloads(request: HttpRequest, slug: str):
-    team, _role = authorize_api(request.user, slug, "team.view")
+    team = authorize_caller(request, slug, "team.view")
     return [workload_out(w) for w in team.workloads.prefetch_related("hosts")]
 
 
-@router.post("/teams/{slug}/workloads", auth=django_auth, response={201: dict},
+@router.post("/teams/{slug}/workloads", auth=team_auth, response={201: dict},
              summary="Register a workload (owner or admin)",
              openapi_extra=declared_body({"type": "object", "required": ["name"],
                                           "properties": {k: {} for k in sorted(WORKLOAD_KEYS)}}))
 def create_workload(request: HttpRequest, slug: str):
-    team, _role = authorize_api(request.user, slug, "workloads.manage")
+    team = authorize_caller(request, slug, "workloads.manage")
     doc = json_body(request)
     if not isinstance(doc, dict):
         raise invalid("", "the payload must be a JSON object")
@@ -99,8 +98,9 @@ def create_workload(request: HttpRequest, slug: str):
     if not form.is_valid():
         raise invalid(*first_error(form))
     workload = form.save()
-    audit.record(team, request.user, AuditEvent.Action.WORKLOAD_CREATED, workload.slug,
-                 name=workload.name)
+    actor, label = actor_of(request)
+    audit.record(team, actor, AuditEvent.Action.WORKLOAD_CREATED, workload.slug,
+                 actor_label=label, name=workload.name)
     return Status(201, workload_out(workload))
 
 

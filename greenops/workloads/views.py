@@ -6,8 +6,11 @@ team reads workloads; admins and owners register and change them and manage API 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from greenops.teams import audit
@@ -91,16 +94,26 @@ def api_tokens(request: HttpRequest, team: Team) -> HttpResponse:
     new_token, error, status = None, None, 200
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
+        scope = request.POST.get("scope", ApiToken.Scope.INGEST)
+        days = request.POST.get("expires_in_days", "").strip()
         if not name or len(name) > 100:
             error, status = "Give the token a name of at most 100 characters.", 400
+        elif scope not in ApiToken.Scope.values:
+            error, status = f"Scope must be one of {', '.join(ApiToken.Scope.values)}.", 400
+        elif days and not (days.isdigit() and 1 <= int(days) <= 3650):
+            error, status = "Expiry must be a whole number of days from 1 to 3650, or empty.", 400
         else:
-            row, new_token = ApiToken.issue(team, name, created_by=request.user)
+            expires_at = timezone.now() + timedelta(days=int(days)) if days else None
+            row, new_token = ApiToken.issue(team, name, created_by=request.user, scope=scope,
+                                            expires_at=expires_at)
             audit.record(team, request.user, AuditEvent.Action.TOKEN_CREATED, str(row),
-                         token_id=row.id)
+                         token_id=row.id, scope=scope,
+                         expires_at=expires_at.isoformat() if expires_at else None)
     return render(request, "workloads/tokens.html", {
         "team": team, "tokens": team.api_tokens.select_related("created_by"),
         "can_admin": "tokens.manage" in request.team_actions,
-        "new_token": new_token, "error": error,
+        "new_token": new_token, "error": error, "scopes": ApiToken.Scope.choices,
+        "now": timezone.now(),
     }, status=status)
 
 
