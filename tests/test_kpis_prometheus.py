@@ -92,7 +92,7 @@ def _windows(workload, hour, requests, latencies):
 
 
 def _scenario(team):
-    from greenops.carbon.models import HostEnergyHour
+    from greenops.telemetry.models import HostEnergyHour
     from greenops.workloads.models import Workload
 
     host, _ = make_host(team, "A", gpus=2)
