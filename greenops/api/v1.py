@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -68,6 +69,22 @@ def on_too_big(request: HttpRequest, exc: RequestDataTooBig):
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     message = f"request body is larger than {limit} bytes (INGEST_MAX_BODY_BYTES)"
     return on_field_error(request, FieldError(413, "too_large", None, message))
+
+
+# How long a client is asked to wait when a part the request needs is down (PostgreSQL).
+UNAVAILABLE_RETRY_AFTER_S = 5
+
+
+def on_database_down(request: HttpRequest, exc: Exception):
+    """PostgreSQL unreachable (restarting, failing over): 503 with Retry-After, not a 500 --
+    an agent keeps the batch in its spool and sends it again."""
+    return on_field_error(request, FieldError(
+        503, "unavailable", None, "the database is unreachable; try again shortly",
+        retry_after_s=UNAVAILABLE_RETRY_AFTER_S))
+
+
+api.add_exception_handler(OperationalError, on_database_down)
+api.add_exception_handler(InterfaceError, on_database_down)
 
 
 @api.exception_handler(Http404)

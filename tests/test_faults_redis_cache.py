@@ -1,0 +1,58 @@
+"""Redis is a cache, never a gate (issue 30): with the cache's Redis unreachable, login (and its
+failed-attempt limit), enroll, the team home and API reads answer as usual -- no 500 -- because
+greenops.cache.FailSoftRedisCache answers from process memory. The live stack's walk
+(tests/test_faults_live.py) does the same against a real stopped redis-server; this one runs in
+seconds against a port nothing listens on."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.agent_fakes import free_port
+from tests.conftest import make_host
+
+
+@pytest.fixture
+def redis_down(settings):
+    """The default cache pointed at a loopback port with no listener (connection refused)."""
+    from django.core.cache import caches
+
+    settings.CACHES = {"default": {"BACKEND": "greenops.cache.FailSoftRedisCache",
+                                   "LOCATION": f"redis://127.0.0.1:{free_port()}/0"}}
+    cache = caches["default"]
+    assert type(cache).__name__ == "FailSoftRedisCache"
+    return cache
+
+
+def test_cache_answers_from_memory_while_redis_is_down(redis_down, caplog):
+    cache = redis_down
+    assert cache.get("k") is None
+    assert cache.add("k", 1, 60) is True and cache.add("k", 1, 60) is False
+    assert cache.incr("k") == 2
+    assert cache.get_many(["k", "x"]) == {"k": 2}
+    assert cache.degraded
+    # Logged once for the outage, not once per call.
+    assert sum("Redis cache unreachable" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_login_pages_and_api_reads_without_redis(client, team, redis_down, settings):
+    settings.RATELIMIT_ENABLED = True
+    settings.RATELIMIT_LOGIN_FAILURES = 2
+    make_host(team)
+    ip = "2001:db8::30:1"
+    for _ in range(2):
+        r = client.post("/login/", {"username": "owner", "password": "wrong"}, REMOTE_ADDR=ip)
+        assert r.status_code == 200
+    # The limit still holds, counted in this process while Redis is away.
+    r = client.post("/login/", {"username": "owner", "password": "pw-owner"}, REMOTE_ADDR=ip)
+    assert r.status_code == 429 and int(r["Retry-After"]) >= 1
+    r = client.post("/login/", {"username": "owner", "password": "pw-owner"},
+                    REMOTE_ADDR="2001:db8::30:2")
+    assert r.status_code == 302
+    for url in (f"/teams/{team.slug}/", "/api/v1/teams", f"/api/v1/teams/{team.slug}/hosts",
+                f"/api/v1/teams/{team.slug}/usage", f"/api/v1/teams/{team.slug}/kpis"):
+        r = client.get(url)
+        assert r.status_code == 200, (url, r.status_code, r.content[:300])
+    r = client.post("/api/v1/enroll", {"token": "gen_guess", "hostname": "h", "gpus": [{}]},
+                    content_type="application/json", REMOTE_ADDR=ip)
+    assert r.status_code == 401
