@@ -56,3 +56,30 @@ def test_login_pages_and_api_reads_without_redis(client, team, redis_down, setti
     r = client.post("/api/v1/enroll", {"token": "gen_guess", "hostname": "h", "gpus": [{}]},
                     content_type="application/json", REMOTE_ADDR=ip)
     assert r.status_code == 401
+
+
+def test_pages_that_queue_a_task_still_answer_with_the_broker_down(
+        team, users, settings, monkeypatch, django_capture_on_commit_callbacks, caplog):
+    """An invitation's mail and a report are rows first; a broker that refuses the message
+    (kombu's OperationalError, as a stopped Redis gives) leaves the row for its sweep."""
+    import kombu.exceptions
+
+    from greenops.reports import generate
+    from greenops.reports.figures import Month
+    from greenops.reports.tasks import generate_report
+    from greenops.teams import invitations
+    from greenops.teams.models import Invitation
+    from greenops.teams.tasks import send_invitation
+
+    def refuse(*args, **kwargs):
+        raise kombu.exceptions.OperationalError("Error 111 connecting to 127.0.0.1. Refused.")
+
+    monkeypatch.setattr(send_invitation, "delay", refuse)
+    monkeypatch.setattr(generate_report, "delay", refuse)
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    with django_capture_on_commit_callbacks(execute=True):
+        inv, _ = invitations.invite(team, users["owner"], "new@example.com", "member")
+        report = generate.request(team, Month(2026, 11))
+    assert Invitation.objects.get(id=inv.id).mail_status == Invitation.Mail.QUEUED
+    assert report.status == "pending"
+    assert sum("could not queue" in r.getMessage() for r in caplog.records) == 2
