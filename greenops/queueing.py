@@ -2,9 +2,9 @@
 
 A task queued from a page (an invitation's mail, a report to generate) is recorded in a row
 first, and beat's sweeps send again what was never picked up. So when Redis, the broker, is
-down, the request must still succeed: the publish is tried once, without kombu's retries that
-would hold the page, and a failure is logged instead of turned into a 500. (Publishing gives up at once already:
-CELERY_BROKER_TRANSPORT_OPTIONS' max_retries is 0.)"""
+down, the request must still succeed: the publish is tried once (CELERY_BROKER_TRANSPORT_OPTIONS'
+max_retries is 0, so kombu does not hold the page retrying), and a failure is logged instead of
+turned into a 500."""
 
 from __future__ import annotations
 
