@@ -208,8 +208,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = envint("INGEST_MAX_BODY_BYTES", 16 * 1024 * 1024)
 # enroll and inventory documents are a few KB; refusing more early keeps unauthenticated callers
 # from holding a worker.
 SMALL_BODY_MAX_BYTES = envint("SMALL_BODY_MAX_BYTES", 256 * 1024)
-INGEST_MAX_SAMPLES = envint("INGEST_MAX_SAMPLES", 100_000)
-INGEST_MAX_DECOMPRESSED_BYTES = envint("INGEST_MAX_DECOMPRESSED_BYTES", 64 * 1024 * 1024)
+# Decompressed JSON per operation, sized to its largest legitimate body (greenops/api/limits.py):
+# 20,000 samples of every column are < 8 MiB; the agent sends at most 4,000 a POST.
+INGEST_MAX_SAMPLES = envint("INGEST_MAX_SAMPLES", 20_000)
+INGEST_MAX_DECOMPRESSED_BYTES = envint("INGEST_MAX_DECOMPRESSED_BYTES", 8 * 1024 * 1024)
+INFERENCE_MAX_DECOMPRESSED_BYTES = envint("INFERENCE_MAX_DECOMPRESSED_BYTES", 8 * 1024 * 1024)
+API_BODY_MAX_BYTES = envint("API_BODY_MAX_BYTES", 1024 * 1024)  # every other JSON body
 INGEST_MAX_FUTURE_S = envint("INGEST_MAX_FUTURE_S", 300)
 INGEST_MAX_AGE_S = envint("INGEST_MAX_AGE_S", 30 * 86400)
 # Group commit: a draining ingest worker waits this long between groups that did not fill, so

@@ -13,6 +13,7 @@ from ninja.responses import Status
 from ninja.security import django_auth
 
 from greenops import windows
+from greenops.api import limits
 from greenops.api.body import json_body
 from greenops.errors import FieldError
 from greenops.teams.permissions import authorize_api
@@ -39,10 +40,18 @@ class GreenOpsAPI(NinjaAPI):
         ref = {"$ref": "#/components/schemas/Error"}
         error = {"description": "Any error: 4xx naming the field at fault (see README Errors)",
                  "content": {"application/json": {"schema": ref}}}
-        for operations in schema["paths"].values():
+        for path, operations in schema["paths"].items():
             for operation in operations.values():
                 operation["responses"].setdefault("default", error)
                 operation.setdefault("security", [])
+                body = operation.get("requestBody", {}).get("content", {})
+                if "application/json" in body:  # its cap, where a client reads the operation
+                    cap, name = limits.decompressed_cap(path), limits.setting_for(path)
+                    operation["x-max-decompressed-bytes"] = cap
+                    operation["description"] = (
+                        operation.get("description", "") + "\n\nBody limit: "
+                        f"{cap:,} bytes of JSON after gzip decompression ({name}); "
+                        "413 `too_large` past it.").strip()
         return schema
 
 
@@ -50,7 +59,8 @@ api = GreenOpsAPI(
     title="GreenOps API",
     version="1",
     urls_namespace="api-v1",
-    description="Host agents send GPU samples; people read their teams' usage.",
+    description="Host agents send GPU samples; people read their teams' usage.\n\n"
+    + limits.describe(),
 )
 
 
