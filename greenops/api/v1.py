@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import InterfaceError, OperationalError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -20,6 +22,8 @@ from greenops.teams.permissions import authorize_api
 from greenops.telemetry import host_samples, ingest
 from greenops.telemetry.host_auth import host_token, host_token_for_samples
 from greenops.telemetry.queries import RANGES, team_usage
+
+log = logging.getLogger(__name__)
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -93,6 +97,17 @@ def on_database_down(request: HttpRequest, exc: Exception):
         retry_after_s=UNAVAILABLE_RETRY_AFTER_S))
 
 
+def on_data_error(request: HttpRequest, exc: Exception):
+    """A value PostgreSQL refuses (a NUL character in a text, a number past its column) that
+    an app's validation let through: the client's data, so a 422, not a 500. The database's
+    message is logged, not echoed. Apps should name the field themselves first."""
+    log.warning("data refused by the database at %s: %s", request.path, exc)
+    return on_field_error(request, FieldError(
+        422, "validation_error", None, "a value does not fit what the server stores: a NUL "
+        "character (\\u0000) in a text, or a number out of range"))
+
+
+api.add_exception_handler(DataError, on_data_error)
 api.add_exception_handler(OperationalError, on_database_down)
 api.add_exception_handler(InterfaceError, on_database_down)
 
