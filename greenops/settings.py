@@ -376,6 +376,8 @@ RATELIMIT_ENABLED = envbool("RATELIMIT_ENABLED", True)
 RATELIMIT_WINDOW_S = envint("RATELIMIT_WINDOW_S", 900)
 RATELIMIT_LOGIN_FAILURES = envint("RATELIMIT_LOGIN_FAILURES", 10)
 RATELIMIT_ENROLL_FAILURES = envint("RATELIMIT_ENROLL_FAILURES", 20)
+# An address over the enroll limit still gets one request checked per this many seconds.
+RATELIMIT_LOCKED_PROBE_S = envint("RATELIMIT_LOCKED_PROBE_S", 10)
 
 CACHES = {
     "default": (

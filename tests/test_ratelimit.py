@@ -52,6 +52,11 @@ def test_enroll_locks_an_address_after_failed_tokens(client, db, limits):
         r = client.post("/api/v1/enroll", {"token": "gen_guess", "hostname": "h"},
                         content_type="application/json", REMOTE_ADDR=ip)
         assert r.status_code == 401
+    # Locked: one request per probe interval is still checked (a 401 for this bad token) ...
+    r = client.post("/api/v1/enroll", {"token": "gen_guess", "hostname": "h"},
+                    content_type="application/json", REMOTE_ADDR=ip)
+    assert r.status_code == 401
+    # ... the rest are refused unseen.
     r = client.post("/api/v1/enroll", {"token": "gen_guess", "hostname": "h"},
                     content_type="application/json", REMOTE_ADDR=ip)
     assert r.status_code == 429
@@ -61,3 +66,29 @@ def test_enroll_locks_an_address_after_failed_tokens(client, db, limits):
     r = client.post("/api/v1/enroll", {"token": "gen_guess", "hostname": "h"},
                     content_type="application/json", REMOTE_ADDR=_ip())
     assert r.status_code == 401  # another address is not locked out
+
+
+def test_a_locked_address_still_enrolls_with_a_valid_token(client, team, users, limits):
+    """Hosts behind one NAT address: another's bad tokens lock the address, yet one request
+    per RATELIMIT_LOCKED_PROBE_S is still checked, so a valid token enrolls (issue 30)."""
+    from django.core.cache import cache
+
+    from greenops.telemetry import enrollment
+
+    ip = _ip()
+    body = {"token": "gen_guess", "hostname": "h", "gpus": [{"index": 0}]}
+    for _ in range(2):
+        assert client.post("/api/v1/enroll", body, content_type="application/json",
+                           REMOTE_ADDR=ip).status_code == 401
+    # Locked: the next request is the window's probe (checked: still a bad token, 401), the
+    # one after is refused unseen, 429 with the probe interval as Retry-After.
+    assert client.post("/api/v1/enroll", body, content_type="application/json",
+                       REMOTE_ADDR=ip).status_code == 401
+    r = client.post("/api/v1/enroll", body, content_type="application/json", REMOTE_ADDR=ip)
+    assert r.status_code == 429 and r["Retry-After"] == str(limits.RATELIMIT_LOCKED_PROBE_S)
+    # The next probe interval: a valid token from the same address enrolls.
+    cache.delete(f"ratelimit:enroll:probe:{ip}")
+    token = enrollment.issue_enrollment_token(team, users["owner"])[1]
+    r = client.post("/api/v1/enroll", {**body, "token": token}, content_type="application/json",
+                    REMOTE_ADDR=ip)
+    assert r.status_code == 201, r.content
