@@ -124,6 +124,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "ninja",
+    "axes",  # failed-login counts in PostgreSQL (greenops/login.py)
     "greenops.teams",
     "greenops.telemetry",
     "greenops.workloads",
@@ -151,7 +152,12 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: answers a locked-out login (greenops.login)
 ]
+
+# django-axes first: it refuses a locked-out address or username before a password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend",
+                           "django.contrib.auth.backends.ModelBackend"]
 
 ROOT_URLCONF = "greenops.urls"
 WSGI_APPLICATION = "greenops.wsgi.application"
@@ -376,6 +382,18 @@ RATELIMIT_ENABLED = envbool("RATELIMIT_ENABLED", True)
 RATELIMIT_WINDOW_S = envint("RATELIMIT_WINDOW_S", 900)
 RATELIMIT_LOGIN_FAILURES = envint("RATELIMIT_LOGIN_FAILURES", 10)
 RATELIMIT_ENROLL_FAILURES = envint("RATELIMIT_ENROLL_FAILURES", 20)
+# Logins (django-axes, counts in PostgreSQL): RATELIMIT_LOGIN_FAILURES per address and per
+# username per window, and at most RATELIMIT_LOGIN_GLOBAL_PER_MIN failures a minute site-wide.
+RATELIMIT_LOGIN_GLOBAL_PER_MIN = envint("RATELIMIT_LOGIN_GLOBAL_PER_MIN", 100)
+AXES_ENABLED = RATELIMIT_ENABLED
+AXES_FAILURE_LIMIT = "greenops.login.failure_limit"
+AXES_COOLOFF_TIME = "greenops.login.cool_off"
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_LOCKOUT_CALLABLE = "greenops.login.lockout"
+AXES_CLIENT_IP_CALLABLE = "greenops.login.client_ip"
+AXES_RESET_ON_SUCCESS = True  # a person who mistyped and then got in starts afresh
+AXES_ENABLE_ACCESS_FAILURE_LOG = True  # the global rate counts these rows
+AXES_USERNAME_FORM_FIELD = "username"
 # An address over the enroll limit still gets one request checked per this many seconds.
 RATELIMIT_LOCKED_PROBE_S = envint("RATELIMIT_LOCKED_PROBE_S", 10)
 

@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture
 def limits(settings):
-    settings.RATELIMIT_ENABLED = True
+    settings.RATELIMIT_ENABLED = settings.AXES_ENABLED = True
     settings.RATELIMIT_LOGIN_FAILURES = 3
     settings.RATELIMIT_ENROLL_FAILURES = 2
     settings.RATELIMIT_WINDOW_S = 900
@@ -23,19 +23,51 @@ def _ip() -> str:
 
 def test_login_locks_after_failures_for_that_username_and_address(client, users, limits):
     ip = _ip()
-    for _ in range(3):
+    for i in range(3):
         r = client.post("/login/", {"username": "owner", "password": "wrong"}, REMOTE_ADDR=ip)
-        assert r.status_code == 200  # the form again, with the mismatch message
+        # The form again with the mismatch message; the third failure reaches the limit.
+        assert r.status_code == (200 if i < 2 else 429)
     r = client.post("/login/", {"username": "owner", "password": "pw-owner"}, REMOTE_ADDR=ip)
     assert r.status_code == 429  # even the right password: the window is closed
     assert 1 <= int(r["Retry-After"]) <= 900
     assert b"Too many failed attempts" in r.content
-    # Another username from the same address, and the same username elsewhere, still log in.
+    # The address is locked for every username, and the username from every address (issue
+    # 30: the limit was per address and username together, so a spray was never stopped).
     r = client.post("/login/", {"username": "member", "password": "pw-member"}, REMOTE_ADDR=ip)
-    assert r.status_code == 302
+    assert r.status_code == 429
     r = client.post("/login/", {"username": "owner", "password": "pw-owner"},
                     REMOTE_ADDR=_ip())
+    assert r.status_code == 429
+    # Another username from another address is untouched.
+    r = client.post("/login/", {"username": "member", "password": "pw-member"},
+                    REMOTE_ADDR=_ip())
     assert r.status_code == 302
+
+
+def test_one_password_sprayed_over_usernames_locks_the_address(client, users, limits):
+    ip = _ip()
+    for name in ("alice", "bob"):  # one failure each for two usernames
+        r = client.post("/login/", {"username": name, "password": "Winter2026!"},
+                        REMOTE_ADDR=ip)
+        assert r.status_code == 200
+    # The third username is the address's third failure: locked, and so is the next one.
+    for name in ("carol", "dave"):
+        r = client.post("/login/", {"username": name, "password": "Winter2026!"},
+                        REMOTE_ADDR=ip)
+        assert r.status_code == 429
+
+
+def test_a_spray_from_many_addresses_meets_the_global_rate(client, users, limits):
+    from axes.models import AccessFailureLog
+
+    limits.RATELIMIT_LOGIN_GLOBAL_PER_MIN = 5
+    for i in range(5):  # five addresses, five usernames: no address or username at its limit
+        r = client.post("/login/", {"username": f"user{i}", "password": "Winter2026!"},
+                        REMOTE_ADDR=_ip())
+        assert r.status_code == 200
+    assert AccessFailureLog.objects.count() == 5  # in PostgreSQL: Redis down changes nothing
+    r = client.post("/login/", {"username": "owner", "password": "pw-owner"}, REMOTE_ADDR=_ip())
+    assert r.status_code == 429 and r["Retry-After"] == "60"
 
 
 def test_successful_logins_are_never_counted(client, users, limits):

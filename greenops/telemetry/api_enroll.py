@@ -42,6 +42,10 @@ class EnrolledOut(Schema):
 @router.post("/enroll", response={201: EnrolledOut, 400: ErrorOut, 401: ErrorOut, 422: ErrorOut,
                                   429: ErrorOut},
              summary="Trade a single-use enrollment token for a host token",
+             description="Limited per source address: after RATELIMIT_ENROLL_FAILURES (20) "
+             "refused tokens in RATELIMIT_WINDOW_S (900 s), one request per "
+             "RATELIMIT_LOCKED_PROBE_S (10 s) is checked and the rest answer 429 with "
+             "Retry-After; a valid token is never locked out.",
              openapi_extra=declared_body({
                  "type": "object", "required": ["token", "hostname", "gpus"],
                  "properties": {"token": {"type": "string"},
