@@ -56,7 +56,7 @@ class Shipper:
         transport: HttpTransport,
         inventory_doc: dict | None,
         backoff_base_s: float = 1.0,
-        backoff_cap_s: float = 300.0,
+        backoff_cap_s: float = 60.0,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         merge_max_samples: int = MERGE_MAX_SAMPLES,

@@ -69,3 +69,39 @@ def test_retry_after_is_a_floor_on_top_of_the_jitter():
     # uniform(0, 8): 5/8 of the draws fall below 5 s and become exactly 5 s.
     assert abs(sum(d == 5.0 for d in delays) / DRAWS - 5 / 8) < 0.05
     assert max(delays) > 7.5 and len({d for d in delays if d > 5.0}) > 500
+
+
+def test_default_cap_is_60_s_so_a_returning_server_is_found_within_a_minute():
+    from collectors.config import AgentConfig
+
+    assert AgentConfig().backoff_cap == 60.0
+    s = Shipper.__init__.__defaults__  # the shipper's own default agrees
+    assert 60.0 in s
+
+
+def test_status_says_retrying_since_and_how_much_is_spooled(tmp_path):
+    """`status` while the server is away: "retrying since 14:02, 42 batches spooled", and the
+    server's view of the silence says so instead of "AGENT STOPPED SENDING?" (issue 30)."""
+    import time as _time
+
+    from collectors.cli import sending_line
+    from collectors.cli_host import server_view_lines
+    from collectors.spool import Spool
+
+    since = _time.mktime((2026, 12, 4, 14, 2, 0, 0, 0, -1))  # 14:02 local time
+    with Spool(tmp_path / "spool.db") as spool:
+        ids = [f"b{i}" for i in range(42)]
+        for batch_id in ids:
+            spool.put(batch_id, b"x", samples=80)
+        assert sending_line(spool.status()) == "sending, 42 batches spooled"
+        spool.defer("b0", since + 30, "connection refused", now=since)
+        spool.defer("b0", since + 90, "connection refused", now=since + 60)  # keeps 14:02
+        st = spool.status()
+        assert sending_line(st) == ("retrying since 14:02, 42 batches spooled "
+                                    "(sent once the server answers)")
+        lines = server_view_lines({"silent_s": 600.0}, st.retrying_since)
+        assert lines == ["last batch:      600 s ago (this agent has been retrying since "
+                         "14:02; its batches are spooled)"]
+        spool.ack("b0")  # the server answered: no longer retrying
+        assert spool.status().retrying_since is None
+        assert sending_line(spool.status()) == "sending, 41 batches spooled"
