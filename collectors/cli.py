@@ -171,13 +171,27 @@ def show_status(config: object) -> int:
     )
     oldest = f"{st.oldest_age_s:.0f}s" if st.oldest_age_s is not None else "-"
     print(f"spool:           {path}")
+    print(f"sending:         {sending_line(st)}")
     print(f"batches waiting: {st.depth} ({st.samples} samples, {st.bytes} bytes)")
     print(f"oldest batch:    {oldest}")
     print(f"last ack:        {last_ack}")
     print(f"rejected:        {st.rejected}")
     print(f"dropped (full):  {st.dropped_batches}")
-    print_status_server(config)
+    print_status_server(config, st.retrying_since)
     return 0
+
+
+def sending_line(st) -> str:
+    """What the shipper is doing, in words: retrying (since when, how much is waiting) or
+    keeping up. The server's "last batch" line may then be old: that is the outage, not a
+    stopped agent."""
+    if st.retrying_since is not None:
+        since = time.strftime("%H:%M", time.localtime(st.retrying_since))
+        return (f"retrying since {since}, {st.depth} batch{'es' if st.depth != 1 else ''} "
+                "spooled (sent once the server answers)")
+    if st.depth:
+        return f"sending, {st.depth} batch{'es' if st.depth != 1 else ''} spooled"
+    return "up to date"
 
 
 def run(config: object, source: GpuSource | None = None) -> int:

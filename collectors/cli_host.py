@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from collectors.config import ConfigError, load_config
 
@@ -149,7 +150,7 @@ def doctor(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def status_server_lines(config) -> list[str]:
+def status_server_lines(config, retrying_since: float | None = None) -> list[str]:
     """`status`: is the server reachable, and does it still accept this host's token?"""
     from collectors import probe
 
@@ -163,14 +164,14 @@ def status_server_lines(config) -> list[str]:
         who = probe.whoami(config.server, config.token, timeout_s=3.0)
         lines.append(token_line(who))
         if who.ok:
-            lines.extend(server_view_lines(who.doc))
+            lines.extend(server_view_lines(who.doc, retrying_since))
     return lines
 
 
 SILENT_WARN_S = 120  # the server's online window (greenops.telemetry.host_status)
 
 
-def server_view_lines(doc: dict) -> list[str]:
+def server_view_lines(doc: dict, retrying_since: float | None = None) -> list[str]:
     """What the server has of this host: when its last batch came (an agent that stopped
     sending shows here even when this process cannot tell), and batches it accepted but has
     not stored yet (a data lag on the server side, not in this spool). Older servers send
@@ -180,6 +181,12 @@ def server_view_lines(doc: dict) -> list[str]:
     if "silent_s" in doc:
         if silent is None:
             lines.append("last batch:      none received yet by the server")
+        elif silent > SILENT_WARN_S and retrying_since is not None:
+            # This agent is sending and being refused or timed out (see "sending"): the
+            # silence is the outage it is riding out, not a stopped agent.
+            since = time.strftime("%H:%M", time.localtime(retrying_since))
+            lines.append(f"last batch:      {silent:.0f} s ago (this agent has been retrying "
+                         f"since {since}; its batches are spooled)")
         elif silent > SILENT_WARN_S:
             lines.append(f"last batch:      {silent:.0f} s ago -- AGENT STOPPED SENDING? "
                          "(is greenops-agent run running?)")
@@ -209,6 +216,6 @@ def token_line(who) -> str:
             f"{who.server_message()})")
 
 
-def print_status_server(config) -> None:
-    for line in status_server_lines(config):
+def print_status_server(config, retrying_since: float | None = None) -> None:
+    for line in status_server_lines(config, retrying_since):
         print(line, file=sys.stdout)

@@ -52,7 +52,7 @@ class AgentConfig:
     spool_max_mb: float = DEFAULT_MAX_BYTES / 1024**2
     spool_max_batches: int = DEFAULT_MAX_BATCHES
     backoff_base: float = 1.0
-    backoff_cap: float = 300.0
+    backoff_cap: float = 60.0  # a server back after an outage is found within a minute
     nvml_lib: str | None = None  # dotted module to use instead of pynvml (tests, benchmarks)
     host_energy: str = "codecarbon"  # CPU/RAM energy: "codecarbon" (if installed) or "off"
     host_energy_interval: float = 15.0  # seconds between CPU/RAM readings

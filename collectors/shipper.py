@@ -15,9 +15,11 @@ stores nothing twice. Batches are acked only after the server answered 202 for t
 server refuses a merge, the head batch goes alone, so one bad batch is judged by itself.
 
 Failures back off exponentially with full jitter (delay drawn uniformly from 0 to
-min(cap, base * 2**failures), as in AWS's "Exponential Backoff and Jitter") so a fleet of
-agents does not hammer a recovering server in lockstep; a ``Retry-After`` is honoured as a
-minimum. Modelled on sentry-python's background worker: a daemon thread that survives any
+min(cap, base * 2**failures), cap 60 s, as in AWS's "Exponential Backoff and Jitter") so a
+fleet of agents does not hammer a recovering server in lockstep; a ``Retry-After`` is honoured
+as a minimum. While a server gives no answer at all, a cheap GET /api/v1/time every
+PROBE_INTERVAL_S finds its return, and sending resumes within seconds rather than at the end
+of the backoff. Modelled on sentry-python's background worker: a daemon thread that survives any
 exception and a ``flush(timeout)`` for shutdown.
 """
 
@@ -39,6 +41,10 @@ log = logging.getLogger(__name__)
 
 MAX_RETRY_AFTER_S = 3600.0  # a Retry-After beyond an hour is treated as an hour
 IDLE_WAIT_S = 1.0
+# While backing off from a server that did not answer, ask GET /api/v1/time this often (a few
+# hundred bytes, no auth, no database): when it answers, sending resumes at once instead of at
+# the end of a backoff of up to backoff_cap_s.
+PROBE_INTERVAL_S = 5.0
 # A merged POST holds at most this many samples (the server takes up to INGEST_MAX_SAMPLES,
 # 100,000 by default) and this many spooled batches: 4,000 is 50 of an 8-GPU host's 10 s batches,
 # where the server's cost per POST no longer matters next to its cost per sample.
@@ -56,7 +62,7 @@ class Shipper:
         transport: HttpTransport,
         inventory_doc: dict | None,
         backoff_base_s: float = 1.0,
-        backoff_cap_s: float = 300.0,
+        backoff_cap_s: float = 60.0,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         merge_max_samples: int = MERGE_MAX_SAMPLES,
@@ -78,6 +84,10 @@ class Shipper:
         self._send_alone: set[str] = set()  # head batches a merge was refused with
         self._reinventoried: set[str] = set()  # batches already retried after re-registering
         self._not_before = 0.0  # earliest time of the next attempt (inventory or batch)
+        self._next_probe_at = 0.0
+        self._unreachable = False  # the last failure had no answer at all (probe-worthy)
+        self.probes = 0
+        self._resumed = False
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -90,14 +100,15 @@ class Shipper:
         """Do one attempt if one is due; return how long to wait before the next step."""
         now = self.clock()
         flushing = self._flush_deadline is not None
-        if not flushing and now < self._not_before:
-            return self._not_before - now
+        # Backing off, unless the probe finds the server back (_probe_says_back ends it).
+        if not flushing and now < self._not_before and not self._probe_says_back(now):
+            return self._until_probe(self._not_before - now)
         if not self.registered:
             return self._register()
         head = self.spool.head()
         if head is None:
             return IDLE_WAIT_S
-        if not flushing and head.next_attempt_at > now:
+        if not flushing and head.next_attempt_at > now and not self._resumed:
             # Deferred by an earlier run of the agent: that backoff still stands, but a
             # stale date far in the future (clock change) must not stall shipping.
             wait = min(head.next_attempt_at - now, self.backoff_cap_s, MAX_RETRY_AFTER_S)
@@ -107,8 +118,34 @@ class Shipper:
                 and head.batch_id not in self._send_alone and self.spool.depth() > 1):
             group = self._mergeable(head)
             if len(group) > 1:
-                return self._send_merged(group)
-        return self._send(head)
+                return self._until_probe(self._send_merged(group))
+        return self._until_probe(self._send(head))
+
+    def _until_probe(self, wait: float) -> float:
+        """A backoff wait, cut short at the next probe while the server does not answer."""
+        if wait > 0 and self._probing():
+            return min(wait, max(0.0, self._next_probe_at - self.clock()))
+        return wait
+
+    def _probing(self) -> bool:
+        return (self._unreachable and self._flush_deadline is None
+                and hasattr(self.transport, "probe"))
+
+    def _probe_says_back(self, now: float) -> bool:
+        """During a backoff after a server that did not answer: a cheap GET every
+        PROBE_INTERVAL_S; True (the backoff is over) once it answers."""
+        if not self._probing() or now < self._next_probe_at:
+            return False
+        self._next_probe_at = now + PROBE_INTERVAL_S
+        self.probes += 1
+        if not self.transport.probe():
+            return False
+        log.info("server answers again after %d failed attempt(s); sending the spool",
+                 self.failures)
+        self._not_before = now
+        self._unreachable = False
+        self._resumed = True  # a head deferred by the failed attempts goes now
+        return True
 
     def _timeout(self) -> float | None:
         # During a shutdown flush a request must not outlive the flush deadline.
@@ -288,6 +325,11 @@ class Shipper:
         delay = self.backoff_delay(self.failures, resp.retry_after_s)
         self.failures += 1
         self._not_before = self.clock() + delay
+        # No answer at all (refused, timed out): probe for the server's return. An answer
+        # (5xx, 429, a Retry-After) means it is up and said when to come back: wait.
+        self._unreachable = resp.status is None
+        self._next_probe_at = self.clock() + min(PROBE_INTERVAL_S, delay)
+        self._resumed = False
         return delay
 
     def backoff_delay(self, failures: int, retry_after_s: float | None = None) -> float:

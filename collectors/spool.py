@@ -101,6 +101,7 @@ class SpoolStatus:
     last_ack_at: float | None
     rejected: int
     dropped_batches: int
+    retrying_since: float | None = None  # the first failed send since the last ack
 
 
 class Spool:
@@ -285,11 +286,16 @@ class Spool:
             self._bytes -= row[0]
             self._depth -= 1
             self._set("last_ack_at", now if now is not None else time.time())
+            self._db.execute("DELETE FROM meta WHERE key = 'retrying_since'")  # sending again
             return True
 
-    def defer(self, batch_id: str, next_attempt_at: float, error: str) -> None:
-        """A failed attempt that will be retried: remember when, and why it failed."""
+    def defer(self, batch_id: str, next_attempt_at: float, error: str,
+              now: float | None = None) -> None:
+        """A failed attempt that will be retried: remember when, and why it failed, and when
+        the failures began (cleared by the next ack), for `status`."""
         with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('retrying_since', ?)",
+                             (now if now is not None else time.time(),))
             self._db.execute(
                 "UPDATE batches SET attempts = attempts + 1, next_attempt_at = ?, last_error = ? "
                 "WHERE batch_id = ?",
@@ -386,4 +392,5 @@ class Spool:
             last_ack_at=self.last_ack_at(),
             rejected=rejected,
             dropped_batches=int(self._meta("dropped_batches") or 0),
+            retrying_since=self._meta("retrying_since"),
         )

@@ -107,6 +107,17 @@ class HttpTransport:
             return Response(None, f"{type(exc).__name__}: {reason}")
 
 
+    def probe(self, timeout_s: float = 2.0) -> bool:
+        """Does the server answer at all? GET /api/v1/time: public, no database, tiny."""
+        req = urllib.request.Request(self.server + "/api/v1/time",
+                                     headers={"User-Agent": USER_AGENT})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                return 200 <= resp.status < 300
+        except (TimeoutError, urllib.error.URLError, http.client.HTTPException, OSError):
+            return False
+
+
 def _read_text(resp: object) -> str:
     try:
         return resp.read(64 * 1024).decode("utf-8", "replace")  # type: ignore[attr-defined]

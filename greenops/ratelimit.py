@@ -63,3 +63,10 @@ def record_failure(limit: Limit, ident: str, now: float | None = None) -> None:
         cache.incr(key)
     except ValueError:  # expired between add and incr
         cache.add(key, 1, timeout=int(window_end - now) + 1)
+
+
+def locked_probe(limit: Limit, ident: str) -> bool:
+    """True for one request per RATELIMIT_LOCKED_PROBE_S of an ident over its limit: that one
+    is checked (a valid secret succeeds), the others are refused unseen."""
+    return cache.add(f"ratelimit:{limit.scope}:probe:{ident}", 1,
+                     timeout=settings.RATELIMIT_LOCKED_PROBE_S)

@@ -15,10 +15,12 @@ import orjson
 from django.conf import settings
 from django.http import HttpRequest
 
+from greenops import body_limits
 from greenops.errors import FieldError, invalid
 
 
-def parse_body(body: bytes, content_encoding: str | None, *, small: bool = False):
+def parse_body(body: bytes, content_encoding: str | None, *, small: bool = False,
+               limit: int | None = None):
     """Decode and parse a JSON body. `small` endpoints (enroll, inventory) carry a few KB, so
     they refuse anything past SMALL_BODY_MAX_BYTES before spending time on it: an
     unauthenticated caller must not hold a worker decompressing and parsing megabytes."""
@@ -29,14 +31,16 @@ def parse_body(body: bytes, content_encoding: str | None, *, small: bool = False
     if small and len(body) > settings.SMALL_BODY_MAX_BYTES:
         raise FieldError(413, "too_large", None,
                          f"body is larger than {settings.SMALL_BODY_MAX_BYTES} bytes")
-    limit = settings.SMALL_BODY_MAX_BYTES if small else settings.INGEST_MAX_DECOMPRESSED_BYTES
+    if limit is None:  # the operation's cap (body_limits.decompressed_cap); samples by default
+        limit = settings.SMALL_BODY_MAX_BYTES if small else settings.INGEST_MAX_DECOMPRESSED_BYTES
     raw = decode_body(body, encoding == "gzip", limit)
     return parse_json(raw)
 
 
 def json_body(request: HttpRequest, *, small: bool = False):
     """The request's JSON body (see parse_body)."""
-    return parse_body(request.body, request.headers.get("Content-Encoding"), small=small)
+    return parse_body(request.body, request.headers.get("Content-Encoding"), small=small,
+                      limit=None if small else body_limits.decompressed_cap(request.path_info))
 
 
 def declared_body(schema: dict, *, required: bool = True) -> dict:

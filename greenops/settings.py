@@ -125,6 +125,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "ninja",
+    "axes",  # failed-login counts in PostgreSQL (greenops/login.py)
     "greenops.teams",
     "greenops.telemetry",
     "greenops.workloads",
@@ -140,6 +141,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: any 4xx/5xx under /api/ that is not JSON becomes {error, field, message}.
+    "greenops.api.errorshape.ApiErrorShape",
     "django.middleware.security.SecurityMiddleware",
     # Agents' sample batches skip the rest (sessions, CSRF, ...): greenops/api/fastpath.py.
     "greenops.api.fastpath.SamplesFastPath",
@@ -150,7 +153,12 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: answers a locked-out login (greenops.login)
 ]
+
+# django-axes first: it refuses a locked-out address or username before a password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend",
+                           "django.contrib.auth.backends.ModelBackend"]
 
 ROOT_URLCONF = "greenops.urls"
 WSGI_APPLICATION = "greenops.wsgi.application"
@@ -209,8 +217,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = envint("INGEST_MAX_BODY_BYTES", 16 * 1024 * 1024)
 # enroll and inventory documents are a few KB; refusing more early keeps unauthenticated callers
 # from holding a worker.
 SMALL_BODY_MAX_BYTES = envint("SMALL_BODY_MAX_BYTES", 256 * 1024)
-INGEST_MAX_SAMPLES = envint("INGEST_MAX_SAMPLES", 100_000)
-INGEST_MAX_DECOMPRESSED_BYTES = envint("INGEST_MAX_DECOMPRESSED_BYTES", 64 * 1024 * 1024)
+# Decompressed JSON per operation, sized to its largest legitimate body (greenops/body_limits.py):
+# 20,000 samples of every column are < 8 MiB; the agent sends at most 4,000 a POST.
+INGEST_MAX_SAMPLES = envint("INGEST_MAX_SAMPLES", 20_000)
+INGEST_MAX_DECOMPRESSED_BYTES = envint("INGEST_MAX_DECOMPRESSED_BYTES", 8 * 1024 * 1024)
+INFERENCE_MAX_DECOMPRESSED_BYTES = envint("INFERENCE_MAX_DECOMPRESSED_BYTES", 8 * 1024 * 1024)
+API_BODY_MAX_BYTES = envint("API_BODY_MAX_BYTES", 1024 * 1024)  # every other JSON body
 INGEST_MAX_FUTURE_S = envint("INGEST_MAX_FUTURE_S", 300)
 INGEST_MAX_AGE_S = envint("INGEST_MAX_AGE_S", 30 * 86400)
 # Group commit: a draining ingest worker waits this long between groups that did not fill, so
@@ -379,10 +391,25 @@ RATELIMIT_ENABLED = envbool("RATELIMIT_ENABLED", True)
 RATELIMIT_WINDOW_S = envint("RATELIMIT_WINDOW_S", 900)
 RATELIMIT_LOGIN_FAILURES = envint("RATELIMIT_LOGIN_FAILURES", 10)
 RATELIMIT_ENROLL_FAILURES = envint("RATELIMIT_ENROLL_FAILURES", 20)
+# Logins (django-axes, counts in PostgreSQL): RATELIMIT_LOGIN_FAILURES per address and per
+# username per window, and at most RATELIMIT_LOGIN_GLOBAL_PER_MIN failures a minute site-wide.
+RATELIMIT_LOGIN_GLOBAL_PER_MIN = envint("RATELIMIT_LOGIN_GLOBAL_PER_MIN", 100)
+AXES_ENABLED = RATELIMIT_ENABLED
+AXES_FAILURE_LIMIT = "greenops.login.failure_limit"
+AXES_COOLOFF_TIME = "greenops.login.cool_off"
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_LOCKOUT_CALLABLE = "greenops.login.lockout"
+AXES_CLIENT_IP_CALLABLE = "greenops.login.client_ip"
+AXES_RESET_ON_SUCCESS = True  # a person who mistyped and then got in starts afresh
+AXES_ENABLE_ACCESS_FAILURE_LOG = True  # the global rate counts these rows
+AXES_USERNAME_FORM_FIELD = "username"
+# An address over the enroll limit still gets one request checked per this many seconds.
+RATELIMIT_LOCKED_PROBE_S = envint("RATELIMIT_LOCKED_PROBE_S", 10)
 
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        # Redis down: answers from process memory instead of raising (greenops/cache.py).
+        {"BACKEND": "greenops.cache.FailSoftRedisCache", "LOCATION": REDIS_URL}
         if REDIS_URL
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )

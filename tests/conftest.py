@@ -73,6 +73,7 @@ def _no_rate_limits(settings):
     # Failed-attempt counters live in Redis and would carry over between tests and runs;
     # tests/test_ratelimit.py turns them on for itself.
     settings.RATELIMIT_ENABLED = False
+    settings.AXES_ENABLED = False  # failed-login counts (django-axes, in the database)
 
 
 @pytest.fixture

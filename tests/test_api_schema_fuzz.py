@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import Counter
 
 import orjson
 import pytest
 import schemathesis
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
     response_schema_conformance,
     status_code_conformance,
 )
+from schemathesis.generation import GenerationMode
 
 from greenops.api.v1 import api
 from greenops.teams.models import ApiToken
@@ -166,6 +169,30 @@ def test_every_operation_declares_security_body_and_the_error_shape():
 MAX_EXAMPLES = 12
 
 
+# Valid data (the schema's) and invalid data (what it forbids: wrong types, missing fields).
+MODES = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+
+
+def run_mode(run, mode: GenerationMode) -> None:
+    """An operation with no parameter and no body has no invalid input to make."""
+    try:
+        run()
+    except Unsatisfiable:
+        if mode is not GenerationMode.NEGATIVE:
+            raise
+
+
+def count(tally: Counter, status: int) -> None:
+    tally["requests"] += 1
+    tally[f"{status // 100}xx"] += 1
+
+
+def report(name: str, operations: int, tally: Counter, seconds: float) -> None:
+    """The run's figures, in the test log (-s) and for the closing note."""
+    print(f"schemathesis {name}: {operations} operations, {tally['requests']} requests, "
+          f"{tally['2xx']} 2xx, {tally['4xx']} 4xx, {tally['5xx']} 5xx in {seconds:.0f} s")
+
+
 def house_error_shape(ctx, response, case) -> bool | None:
     """Every 4xx with a body is {error, field, message} (the README's one error form)."""
     if response.status_code >= 400 and response.content:
@@ -214,23 +241,41 @@ def test_schemathesis_finds_no_5xx_and_no_answer_outside_the_schema(team, users,
               response_schema_conformance, house_error_shape]
     started = time.monotonic()
     operations = 0
+    tally = Counter()
     for result in schema.get_all_operations():
         operation = result.ok()
         operations += 1
+        for mode in MODES:
 
-        @given(case=operation.as_strategy())
-        @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))
-        def run(case):
-            if "slug" in (case.path_parameters or {}):
-                case.path_parameters["slug"] = team.slug  # reach past the 404 into the handler
-            for headers, cookies in identities.values():
-                response = case.call(headers=headers, cookies=cookies)
-                case.validate_response(response, checks=checks)
+            @given(case=operation.as_strategy(generation_mode=mode))
+            @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True,
+                      database=None, suppress_health_check=list(HealthCheck))
+            def run(case):
+                if "slug" in (case.path_parameters or {}):
+                    case.path_parameters["slug"] = team.slug  # past the 404, into the handler
+                for headers, cookies in identities.values():
+                    response = case.call(headers=headers, cookies=cookies)
+                    count(tally, response.status_code)
+                    case.validate_response(response, checks=checks)
 
-        run()
+            run_mode(run, mode)
     assert operations >= 40
-    print(f"schemathesis: {operations} operations in {time.monotonic() - started:.0f} s")
+    report("api/v1", operations, tally, time.monotonic() - started)
+    assert tally["5xx"] == 0
+
+
+def test_every_path_answers_an_undeclared_method_with_a_json_405(client, db):
+    """What schemathesis' unsupported-method check sends: 678 answers were plain text."""
+    schema = api.get_openapi_schema()
+    for path, operations in schema["paths"].items():
+        url = path.replace("{slug}", "x").replace("{rule_id}", "1").replace(
+            "{job_id}", "1").replace("{host_id}", "1").replace("{run}", "1").replace(
+            "{report_id}", "1")
+        for method in {"get", "post", "put", "delete", "patch"} - set(operations):
+            r = getattr(client, method)(url)
+            assert r.status_code == 405, (method, path, r.status_code)
+            assert r["Content-Type"].startswith("application/json"), (method, path)
+            assert set(orjson.loads(r.content)) == ERROR_KEYS
 
 
 def test_schemathesis_on_the_codecarbon_api(team, wsgi_app):
@@ -251,21 +296,27 @@ def test_schemathesis_on_the_codecarbon_api(team, wsgi_app):
     checks = [not_a_server_error, status_code_conformance, content_type_conformance,
               response_schema_conformance, house_error_shape]
     operations = 0
+    tally = Counter()
+    started = time.monotonic()
     for result in schema.get_all_operations():
         operation = result.ok()
         operations += 1
+        for mode in MODES:
 
-        @given(case=operation.as_strategy())
-        @settings(max_examples=MAX_EXAMPLES * 2, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))
-        def run(case):
-            if isinstance(case.body, dict) and "run_id" in case.body:
-                case.body["run_id"] = run_id
-            if "experiment_id" in (case.path_parameters or {}):
-                case.path_parameters["experiment_id"] = str(experiment_id)
-            for headers in identities:
-                response = case.call(headers=headers)
-                case.validate_response(response, checks=checks)
+            @given(case=operation.as_strategy(generation_mode=mode))
+            @settings(max_examples=MAX_EXAMPLES * 2, deadline=None, derandomize=True,
+                      database=None, suppress_health_check=list(HealthCheck))
+            def run(case):
+                if isinstance(case.body, dict) and "run_id" in case.body:
+                    case.body["run_id"] = run_id
+                if "experiment_id" in (case.path_parameters or {}):
+                    case.path_parameters["experiment_id"] = str(experiment_id)
+                for headers in identities:
+                    response = case.call(headers=headers)
+                    count(tally, response.status_code)
+                    case.validate_response(response, checks=checks)
 
-        run()
+            run_mode(run, mode)
     assert operations == 4
+    report("api/codecarbon", operations, tally, time.monotonic() - started)
+    assert tally["5xx"] == 0

@@ -37,6 +37,8 @@ pytestmark = [pytest.mark.faults, pytest.mark.worker, pytest.mark.django_db]
 
 SCENARIOS = ("server-down", "agent-kill", "worker-kill", "postgres-restart", "redis-restart")
 COUNTER_GAP = 3  # greenops.telemetry.models.EnergyMethod.COUNTER_GAP
+WALKS = ("redis-down", "postgres-restarted", "worker-killed")
+WALK_PASSWORD = "walk-the-faults-30"
 
 
 @pytest.fixture(scope="module")
@@ -67,23 +69,36 @@ def stack(django_db_setup, django_db_blocker):
 def _hosts_in_a_copy_of_the_test_database(s: Stack, django_db_blocker) -> dict:
     """One host (and token) per scenario, made with the ORM in pytest's migrated test
     database, which is then copied into this module's own cluster and cleaned up again."""
+    from django.contrib.auth.hashers import make_password
+    from django.contrib.auth.models import User
     from django.db import connection
 
-    from greenops.teams.models import Team
+    from greenops.teams.models import Membership, Role, Team
+    from greenops.telemetry.enrollment import issue_enrollment_token
     from tests.conftest import make_host
 
     with django_db_blocker.unblock():
         team = Team.objects.create(name="Fault tests")
+        # For the user's walk: gunicorn runs with the default hashers, not the tests' fast one.
+        user = User.objects.create(username="walker", password=make_password(
+            WALK_PASSWORD, hasher="pbkdf2_sha256"))
         try:
+            Membership.objects.create(team=team, user=user, role=Role.OWNER)
             hosts = {}
             for name in SCENARIOS:
                 host, token = make_host(team, name=name, gpus=0)  # the agent registers GPUs
                 hosts[name] = (host.id, token)
+            for name in WALKS:
+                host, token = make_host(team, name=f"walk-{name}", gpus=2)
+                hosts[f"walk-{name}"] = (host.id, token)
+                hosts[f"enroll-{name}"] = issue_enrollment_token(team, user)[1]
+            hosts["team-slug"] = team.slug
             d = connection.settings_dict
             s.pg.copy_database(f"postgres://{d['USER'] or 'postgres'}@{d['HOST'] or '127.0.0.1'}"
                                f":{d['PORT'] or 5432}/{d['NAME']}")
         finally:
             team.delete()
+            user.delete()
     return hosts
 
 
@@ -272,3 +287,125 @@ def _connected(pid: int, port: int) -> bool:
         proc.connections("tcp")
     return any(c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
                for c in conns)
+
+
+# --- the user's path while a part is down (issue 30) -----------------------------------------
+
+
+def walk(s: Stack, name: str) -> dict[str, list[tuple[int, str | None]]]:
+    """What a person and an agent meet: log in, open the team page, read the API, enroll a host
+    and POST a batch (several times: gunicorn's four threads each hold their own database
+    connection). Step -> [(status, Retry-After)]."""
+    import gzip
+
+    import orjson
+    import requests
+
+    from tests.conftest import make_batch
+
+    seen: dict[str, list[tuple[int, str | None]]] = {}
+
+    def note(step: str, r) -> None:
+        seen.setdefault(step, []).append((r.status_code, r.headers.get("Retry-After")))
+
+    # Samples first: right after a restart the agents' POSTs are a process's first queries.
+    token = s.hosts[f"walk-{name}"][1]
+    for _ in range(6):
+        body = gzip.compress(orjson.dumps(make_batch(n_per_gpu=2, gpus=(0, 1))))
+        note("POST samples", requests.post(
+            f"{s.url}/api/v1/samples", data=body, timeout=10, headers={
+                "Authorization": f"Bearer {token}", "Content-Encoding": "gzip",
+                "Content-Type": "application/json"}))
+    slug = s.hosts["team-slug"]
+    with requests.Session() as web:
+        web.get(f"{s.url}/login/", timeout=10)
+        r = web.post(f"{s.url}/login/", data={
+            "username": "walker", "password": WALK_PASSWORD,
+            "csrfmiddlewaretoken": web.cookies.get("csrftoken", "")},
+            allow_redirects=False, timeout=10)
+        note("login", r)
+        note("team page", web.get(f"{s.url}/teams/{slug}/", timeout=30))
+        for url in (f"/api/v1/teams/{slug}/hosts", f"/api/v1/teams/{slug}/usage"):
+            note("API read", web.get(s.url + url, timeout=30))
+    r = requests.post(f"{s.url}/api/v1/enroll", timeout=10, json={
+        "token": s.hosts[f"enroll-{name}"], "hostname": f"enrolled-{name}",
+        "gpus": [{"index": 0, "name": "NVIDIA A100-SXM4-40GB"}]})
+    note("enroll", r)
+    return seen
+
+
+def assert_no_5xx(seen: dict, expect: dict[str, int]) -> None:
+    """No 5xx but 503 with Retry-After; each step answered what a working site answers."""
+    for step, answers in seen.items():
+        for status, retry_after in answers:
+            assert status < 500 or (status == 503 and retry_after), (step, answers, seen)
+            assert status in (expect[step], 503), (step, answers, seen)
+    assert set(seen) == set(expect), seen
+
+
+WALK_ANSWERS = {"login": 302, "team page": 200, "API read": 200, "enroll": 201,
+                "POST samples": 202}
+
+
+def test_walk_with_redis_stopped(stack):
+    stack.ensure_up()
+    stack.redis.stop()
+    try:
+        seen = walk(stack, "redis-down")
+    finally:
+        stack.redis.start()
+    assert_no_5xx(seen, WALK_ANSWERS)
+    # Redis is a cache and a broker, never a gate: nothing here needed it. A batch is durable
+    # in PostgreSQL when answered (202); beat's catch-up queues it once the broker is back.
+    assert all(status != 503 for answers in seen.values() for status, _ in answers), seen
+    print("redis stopped:", seen)
+
+
+def test_walk_after_postgres_restarted(stack):
+    stack.ensure_up()
+    walk_host = stack.hosts["walk-postgres-restarted"][1]
+    # Every gunicorn thread holds a connection (and the token is cached) before the restart.
+    import requests
+
+    from tests.conftest import make_batch
+
+    for _ in range(8):
+        requests.post(f"{stack.url}/api/v1/samples", json=make_batch(n_per_gpu=1),
+                      headers={"Authorization": f"Bearer {walk_host}"}, timeout=10)
+    stack.pg.stop()
+    stack.pg.start()
+    seen = walk(stack, "postgres-restarted")
+    assert_no_5xx(seen, WALK_ANSWERS)
+    # Restarted, not down: every answer is the working one (the dead connections replaced).
+    assert all(status != 503 for answers in seen.values() for status, _ in answers), seen
+    print("postgres restarted:", seen)
+
+
+def test_walk_with_postgres_stopped_answers_503_on_the_api(stack):
+    import requests
+
+    from tests.conftest import make_batch
+
+    stack.ensure_up()
+    token = stack.hosts["walk-worker-killed"][1]
+    stack.pg.stop()
+    try:
+        answers = [requests.post(f"{stack.url}/api/v1/samples", json=make_batch(n_per_gpu=1),
+                                 headers={"Authorization": f"Bearer {token}"}, timeout=10)
+                   for _ in range(4)]
+    finally:
+        stack.pg.start()
+    for r in answers:
+        assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 1, r.text
+        assert r.json()["error"] == "unavailable"
+
+
+def test_walk_with_the_worker_killed(stack):
+    stack.ensure_up()
+    stack.worker.stop(signal.SIGKILL)
+    try:
+        seen = walk(stack, "worker-killed")
+    finally:
+        stack.worker.start()
+    assert_no_5xx(seen, WALK_ANSWERS)
+    print("worker killed:", seen)

@@ -19,8 +19,9 @@ def refuse(*args, **kwargs):
 
 
 def test_it_sits_right_after_security_middleware():
-    stack = settings.MIDDLEWARE
-    assert stack[:2] == ["django.middleware.security.SecurityMiddleware",
+    stack = settings.MIDDLEWARE  # behind only the error shape (greenops/api/errorshape.py)
+    assert stack[:3] == ["greenops.api.errorshape.ApiErrorShape",
+                         "django.middleware.security.SecurityMiddleware",
                          "greenops.api.fastpath.SamplesFastPath"]
 
 

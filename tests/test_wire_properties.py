@@ -187,7 +187,7 @@ def test_a_batch_exactly_at_the_limit_passes_and_one_more_sample_is_413():
 
 @pytest.mark.django_db
 def test_the_default_sample_limit_fits_inside_the_default_body_limits(host, post_batch):
-    """INGEST_MAX_SAMPLES (100,000) samples in one gzip POST are accepted whole: the body and
+    """INGEST_MAX_SAMPLES (20,000) samples in one gzip POST are accepted whole: the body and
     decompressed-size limits do not refuse a batch the sample limit allows."""
     _, token = host
     limit = django_settings.INGEST_MAX_SAMPLES

@@ -4,14 +4,20 @@ instance; greenops.api.fastpath answers POST /samples' errors with the same hand
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from greenops import body_limits
 from greenops.errors import FieldError
 from greenops.teams.api_tokens import usage_examples
+
+log = logging.getLogger(__name__)
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -40,6 +46,14 @@ class GreenOpsAPI(NinjaAPI):
                     scope = "read" if method == "get" and "audit" not in path else "admin"
                     operation["description"] = (operation.get("description") or "") + \
                         usage_examples(method, path, scope)
+                body = operation.get("requestBody", {}).get("content", {})
+                if "application/json" in body:  # its cap, where a client reads the operation
+                    cap, name = body_limits.decompressed_cap(path), body_limits.setting_for(path)
+                    operation["x-max-decompressed-bytes"] = cap
+                    operation["description"] = (
+                        (operation.get("description") or "") + "\n\nBody limit: "
+                        f"{cap:,} bytes of JSON after gzip decompression ({name}); "
+                        "413 `too_large` past it.").strip()
         return schema
 
 
@@ -47,7 +61,8 @@ api = GreenOpsAPI(
     title="GreenOps API",
     version="1",
     urls_namespace="api-v1",
-    description="Host agents send GPU samples; people read their teams' usage.",
+    description="Host agents send GPU samples; people read their teams' usage.\n\n"
+    + body_limits.describe(),
 )
 
 
@@ -66,6 +81,33 @@ def on_too_big(request: HttpRequest, exc: RequestDataTooBig):
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     message = f"request body is larger than {limit} bytes (INGEST_MAX_BODY_BYTES)"
     return on_field_error(request, FieldError(413, "too_large", None, message))
+
+
+# How long a client is asked to wait when a part the request needs is down (PostgreSQL).
+UNAVAILABLE_RETRY_AFTER_S = 5
+
+
+def on_database_down(request: HttpRequest, exc: Exception):
+    """PostgreSQL unreachable (restarting, failing over): 503 with Retry-After, not a 500 --
+    an agent keeps the batch in its spool and sends it again."""
+    return on_field_error(request, FieldError(
+        503, "unavailable", None, "the database is unreachable; try again shortly",
+        retry_after_s=UNAVAILABLE_RETRY_AFTER_S))
+
+
+def on_data_error(request: HttpRequest, exc: Exception):
+    """A value PostgreSQL refuses (a NUL character in a text, a number past its column) that
+    an app's validation let through: the client's data, so a 422, not a 500. The database's
+    message is logged, not echoed. Apps should name the field themselves first."""
+    log.warning("data refused by the database at %s: %s", request.path, exc)
+    return on_field_error(request, FieldError(
+        422, "validation_error", None, "a value does not fit what the server stores: a NUL "
+        "character (\\u0000) in a text, or a number out of range"))
+
+
+api.add_exception_handler(DataError, on_data_error)
+api.add_exception_handler(OperationalError, on_database_down)
+api.add_exception_handler(InterfaceError, on_database_down)
 
 
 @api.exception_handler(Http404)

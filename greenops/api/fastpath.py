@@ -15,6 +15,7 @@ operation with no parameters to parse). Every other request goes through the who
 from __future__ import annotations
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from greenops.api.error_answers import on_field_error, on_too_big
@@ -44,6 +45,10 @@ def answer_samples(request: HttpRequest) -> HttpResponse:
         response = on_field_error(request, exc)
     except RequestDataTooBig as exc:
         response = on_too_big(request, exc)
+    except (OperationalError, InterfaceError) as exc:  # PostgreSQL down: 503, Retry-After
+        from greenops.api.v1 import on_database_down
+
+        response = on_database_down(request, exc)
     else:
         # A plain JsonResponse: the answer is built from validated values, so running it
         # through the Accepted schema again only cost CPU on the busiest endpoint.

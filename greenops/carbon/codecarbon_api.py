@@ -20,10 +20,12 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
+from django.conf import settings
 from django.http import Http404, HttpRequest
 from ninja import Field, NinjaAPI, Schema
-from ninja.errors import ValidationError
+from ninja.errors import HttpError, ValidationError
 from ninja.responses import Status
+from ninja.security import APIKeyHeader
 from pydantic import ConfigDict, field_validator
 
 from greenops.carbon import runs
@@ -45,14 +47,52 @@ def team_for_request(request: HttpRequest) -> Team:
     return team
 
 
-api = NinjaAPI(
+class CodecarbonToken(APIKeyHeader):
+    """The scheme the OpenAPI schema declares (an x-api-token header; a Bearer header works
+    too), checked by team_for_request so a refusal is the house 401."""
+
+    param_name = "x-api-token"
+    openapi_description = "A GreenOps team API token (gha_...), codecarbon's api_key; "\
+        "`Authorization: Bearer <token>` is accepted too."
+
+    def __call__(self, request: HttpRequest):
+        return team_for_request(request)
+
+    def authenticate(self, request: HttpRequest, key: str | None):  # pragma: no cover
+        return team_for_request(request)
+
+
+_ERROR_SCHEMA = {
+    "type": "object", "required": ["error", "field", "message"],
+    "properties": {"error": {"type": "string"}, "field": {"type": ["string", "null"]},
+                   "message": {"type": "string"}},
+}
+
+
+class CodecarbonAPI(NinjaAPI):
+    """Says in its schema that any error is the {error, field, message} body (`default`)."""
+
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        schema["components"].setdefault("schemas", {})["Error"] = _ERROR_SCHEMA
+        error = {"description": "Any error, naming the field at fault",
+                 "content": {"application/json": {
+                     "schema": {"$ref": "#/components/schemas/Error"}}}}
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                operation["responses"].setdefault("default", error)
+        return schema
+
+
+api = CodecarbonAPI(
     title="GreenOps codecarbon-compatible API",
     version="codecarbon",
     urls_namespace="codecarbon-api",
-    description="Point codecarbon's api_endpoint here; send a team API token as x-api-token.",
+    description="Point codecarbon's api_endpoint here; send a team API token as x-api-token. "
+    f"A JSON body over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE:,} bytes is refused (413).",
     # Authentication runs before the body is parsed, so a caller without a token learns that
     # first (401) rather than whether its payload would validate.
-    auth=team_for_request,
+    auth=CodecarbonToken(),
 )
 
 
@@ -72,6 +112,14 @@ def on_validation_error(request: HttpRequest, exc: ValidationError):
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "payload", "path")]
     return _error(request, 422, "validation_error", ".".join(loc) or None,
                   first.get("msg", "invalid request"))
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError):
+    """ninja's own refusals (a body that is not JSON: 400 "Cannot parse request body")."""
+    code = {400: "malformed_json"}.get(exc.status_code, "error")
+    message = "the body is not valid JSON" if exc.status_code == 400 else str(exc)
+    return _error(request, exc.status_code, code, None, message)
 
 
 @api.exception_handler(Http404)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import csv
 import io
 
+from defusedcsv import csv as defusedcsv
+
 COLUMNS_VERSION = "1"
 COLUMNS = (
     "columns_version", "methodology_version", "team", "month", "time_zone", "row_type",
@@ -34,14 +36,18 @@ ADDITIVE = ("gpu_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_k
             "co2e_market_kg", "cost_usd", "gpu_hours", "idle_gpu_hours", "idle_cost_usd")
 
 
-def _cell(value) -> str:
+def _cell(value) -> str | int | float:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)  # round-trips exactly, so the table reads back into the same sums
-    return str(value)
+    if isinstance(value, int | float):
+        # Written as repr (round-trips exactly, so the table reads back into the same sums),
+        # and left unescaped by defusedcsv: a number is never a formula.
+        return value
+    text = str(value)
+    # defusedcsv prefixes ' to a text starting = + - @ | %; OWASP lists tab and CR too.
+    return "'" + text if text[:1] in ("\t", "\r") else text
 
 
 def rows(fig: dict) -> list[dict]:
@@ -85,7 +91,9 @@ def rows(fig: dict) -> list[dict]:
 
 def write(fig: dict) -> bytes:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\r\n")
+    # defusedcsv: a team, host or workload named "=HYPERLINK(...)" is written '=HYPERLINK(...),
+    # text to a spreadsheet, not a formula it would run (OWASP "CSV injection").
+    w = defusedcsv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\r\n")
     w.writeheader()
     for r in rows(fig):
         w.writerow({c: _cell(r.get(c)) for c in COLUMNS})

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from greenops.queueing import publish_on_commit
 from greenops.reports import csv_writer, month_figures, pdf_writer, present
 from greenops.reports.models import Report, Status, Subscription, Trigger
 from greenops.reports.month_figures import Month
@@ -49,7 +50,7 @@ def request(team: Team, month: Month, trigger: str = Trigger.PAGE, user=None,
         if enqueue:
             from greenops.reports.tasks import generate_report
 
-            transaction.on_commit(lambda: generate_report.delay(report.id))
+            publish_on_commit(generate_report, report.id)  # lost: schedule() sends it again
     return report
 
 

@@ -3,6 +3,7 @@ browser) from a report's stored figures, through the same text rows as the page 
 
 from __future__ import annotations
 
+import contextvars
 import io
 
 from reportlab.graphics.charts.barcharts import VerticalBarChart
@@ -21,7 +22,7 @@ from reportlab.platypus import (
 )
 
 from greenops import chart_style
-from greenops.reports import present
+from greenops.reports import fonts, present
 
 GREEN = colors.HexColor(chart_style.colour(0))  # the house chart colour (greenops/chart_style.py)
 GREY = colors.HexColor("#f1f3f2")
@@ -30,6 +31,10 @@ PAGE = landscape(A4)
 
 def _styles() -> dict:
     base = getSampleStyleSheet()
+    regular, bold = fonts.body_fonts()  # DejaVu Sans, embedded: accents, Greek, Cyrillic
+    for style in base.byName.values():
+        if hasattr(style, "fontName"):  # paragraph styles (list styles have none)
+            style.fontName = bold if "Bold" in style.fontName else regular
     return {
         "title": ParagraphStyle("title", parent=base["Title"], alignment=0, fontSize=18,
                                 textColor=GREEN, spaceAfter=2 * mm),
@@ -45,8 +50,38 @@ def _styles() -> dict:
     }
 
 
+# The CJK font of the report being written (fonts.cjk_font of its characters), or None.
+_CJK_FONT: contextvars.ContextVar[str | None] = contextvars.ContextVar("cjk_font", default=None)
+# A cell longer than this is continued on the next row(s): a table splits between rows only,
+# and one cell naming ~300 hosts was taller than a page (ReportLab's LayoutError).
+CELL_MAX_CHARS = 1500
+
+
 def _esc(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return fonts.markup(escaped, _CJK_FONT.get())
+
+
+def _chunks(text: str, size: int = CELL_MAX_CHARS) -> list[str]:
+    """`text` in pieces of at most `size` characters, cut after a comma or space if one is
+    near, so a list of names breaks between names."""
+    out = []
+    while len(text) > size:
+        cut = max(text.rfind(", ", 0, size), text.rfind(" ", 0, size))
+        cut = cut + 1 if cut > size // 2 else size
+        out.append(text[:cut].rstrip())
+        text = text[cut:].lstrip()
+    return [*out, text]
+
+
+def _split_rows(rows: list[list[str]]) -> list[list[str]]:
+    """Rows whose long cells go on over continuation rows (other cells blank there)."""
+    out = []
+    for row in rows:
+        pieces = [_chunks(c) for c in row]
+        for i in range(max(len(p) for p in pieces)):
+            out.append([p[i] if i < len(p) else "" for p in pieces])
+    return out
 
 
 def _table(t: present.Table, st: dict, width: float) -> list:
@@ -55,8 +90,8 @@ def _table(t: present.Table, st: dict, width: float) -> list:
         out.append(Paragraph(_esc(t.empty), st["body"]))
     else:
         data = [[Paragraph(f"<b>{_esc(h)}</b>", st["cell"]) for h in t.headers]]
-        data += [[Paragraph(_esc(c), st["cell"]) for c in r] for r in t.rows]
-        table = Table(data, repeatRows=1, colWidths=_widths(t, width))
+        data += [[Paragraph(_esc(c), st["cell"]) for c in r] for r in _split_rows(t.rows)]
+        table = Table(data, repeatRows=1, colWidths=_widths(t, width), splitByRow=1)
         table.setStyle(TableStyle([
             ("BACKGROUND", (0, 0), (-1, 0), GREY),
             ("LINEBELOW", (0, 0), (-1, 0), 0.6, GREEN),
@@ -73,7 +108,7 @@ def _widths(t: present.Table, width: float) -> list[float]:
     and short figures do not: average cell length, kept between 8 and 60 characters."""
     weights = []
     for i, header in enumerate(t.headers):
-        cells = [len(r[i]) for r in t.rows] + [min(len(header), 14)]
+        cells = [min(len(r[i]), CELL_MAX_CHARS) for r in t.rows] + [min(len(header), 14)]
         weights.append(min(max(sum(cells) / len(cells), 8.0), 60.0))
     total = sum(weights)
     return [width * w / total for w in weights]
@@ -111,8 +146,31 @@ def _charts(fig: dict, width: float) -> list:
     return [row]
 
 
+def _texts(node):
+    """Every string in the report's figures (to find the CJK characters it will draw)."""
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            yield from _texts(k)
+            yield from _texts(v)
+    elif isinstance(node, list | tuple):
+        for v in node:
+            yield from _texts(v)
+
+
 def write(fig: dict, revision: int | None = None, difference: list | None = None,
           previous_provisional: bool = False) -> bytes:
+    chars = fonts.cjk_chars(_texts([fig, difference or []]))
+    token = _CJK_FONT.set(fonts.cjk_font(chars) if chars else None)
+    try:
+        return _write(fig, revision, difference, previous_provisional)
+    finally:
+        _CJK_FONT.reset(token)
+
+
+def _write(fig: dict, revision: int | None, difference: list | None,
+           previous_provisional: bool) -> bytes:
     st = _styles()
     buf = io.BytesIO()
     title = f"GreenOps monthly report: {fig['team']['name']}, {fig['month_label']}"
@@ -158,11 +216,17 @@ def write(fig: dict, revision: int | None = None, difference: list | None = None
             [[d["figure"], _plain(d["before"]), _plain(d["after"]), _plain(d["change"])]
              for d in difference]), st, width)
 
+    foot = ParagraphStyle("foot", parent=st["note"], fontSize=7, leading=8,
+                          textColor=colors.HexColor("#777777"))
+
     def footer(canvas, doc_) -> None:
         canvas.saveState()
-        canvas.setFont("Helvetica", 7)
+        # A Paragraph, not drawString: the team's name may need the CJK font.
+        line = Paragraph(_esc(f"{title} · revision {revision or '–'}"), foot)
+        line.wrapOn(canvas, PAGE[0] - 60 * mm, 10 * mm)
+        line.drawOn(canvas, 14 * mm, 6 * mm)
+        canvas.setFont(fonts.body_fonts()[0], 7)
         canvas.setFillColor(colors.HexColor("#777777"))
-        canvas.drawString(14 * mm, 7 * mm, f"{title} · revision {revision or '–'}")
         canvas.drawRightString(PAGE[0] - 14 * mm, 7 * mm, f"page {doc_.page}")
         canvas.restoreState()
 

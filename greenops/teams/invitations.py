@@ -16,6 +16,7 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
+from greenops.queueing import publish_on_commit
 from greenops.site import site_url as default_site_url
 from greenops.teams import audit
 from greenops.teams.models import INVITATION_PREFIX, AuditEvent, Invitation, Membership, Role, Team
@@ -104,7 +105,7 @@ def resend(inv: Invitation, actor, *, site_url: str | None = None) -> bool:
 def _queue_mail(invitation_id: int, base_url: str) -> None:
     from greenops.teams.tasks import send_invitation
 
-    transaction.on_commit(lambda: send_invitation.delay(invitation_id, base_url))
+    publish_on_commit(send_invitation, invitation_id, base_url)  # broker down: the row waits
 
 
 def deliver(invitation_id: int, base_url: str, now=None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -44,6 +45,10 @@ class EnrolledOut(Schema):
 @router.post("/enroll", response={201: EnrolledOut, 400: ErrorOut, 401: ErrorOut, 422: ErrorOut,
                                   429: ErrorOut},
              summary="Trade a single-use enrollment token for a host token",
+             description="Limited per source address: after RATELIMIT_ENROLL_FAILURES (20) "
+             "refused tokens in RATELIMIT_WINDOW_S (900 s), one request per "
+             "RATELIMIT_LOCKED_PROBE_S (10 s) is checked and the rest answer 429 with "
+             "Retry-After; a valid token is never locked out.",
              openapi_extra=declared_body({
                  "type": "object", "required": ["token", "hostname", "gpus"],
                  "properties": {"token": {"type": "string"},
@@ -55,8 +60,11 @@ class EnrolledOut(Schema):
                                          "items": {"type": "object"}}}}))
 def post_enroll(request: HttpRequest):
     limit, ip = ratelimit.enroll_limit(), ratelimit.client_ip(request)
-    wait = ratelimit.retry_after_s(limit, ip)
-    if wait is not None:
+    if ratelimit.retry_after_s(limit, ip) is not None and not ratelimit.locked_probe(limit, ip):
+        # Over the limit, the address's requests are checked one per LOCKED_PROBE_S, not
+        # refused for the whole window: hosts behind one NAT address must not lose a valid
+        # token to another's bad attempts, and a 256-bit token cannot be guessed at that pace.
+        wait = settings.RATELIMIT_LOCKED_PROBE_S
         raise FieldError(429, "rate_limited", "token", "too many failed enrollments from this "
                          f"address; try again in {wait} s", retry_after_s=wait)
     doc = json_body(request, small=True)

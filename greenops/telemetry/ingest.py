@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from greenops.errors import FieldError, invalid
@@ -227,9 +227,7 @@ def accept_samples(auth: SamplesAuth, body: bytes, content_encoding: str | None)
         "depth": spool[0] if spool else None, "age": spool[1] if spool else None,
         "stale": now - dt.timedelta(seconds=LAST_SEEN_RESOLUTION_S),
     }
-    with store.server_bound_cursor(prepare=True) as cursor:
-        cursor.execute(_ACCEPT, params)
-        row = cursor.fetchone()
+    row = _accept_row(params)
     if row is None:  # revoked or rotated since this process cached the token
         _confirmed_tokens.pop(auth.token_hash, None)
         raise _unknown_token()
@@ -247,6 +245,24 @@ def accept_samples(auth: SamplesAuth, body: bytes, content_encoding: str | None)
 
     transaction.on_commit(lambda: _kick(store_batch, str(batch.batch_id)))
     return {**answer, "status": "queued"}
+
+
+def _accept_row(params: dict):
+    """Run _ACCEPT. The token cache lets this be the request's first query, and the
+    server-bound cursor skips Django's per-request health check, so after PostgreSQL restarts
+    each process's first try meets a dead connection: the statement is idempotent (ON CONFLICT
+    DO NOTHING), so it is run once more on a fresh connection. A database still down raises
+    OperationalError, which the API answers 503 with Retry-After."""
+    for attempt in (1, 2):
+        try:
+            with store.server_bound_cursor(prepare=True) as cursor:
+                cursor.execute(_ACCEPT, params)
+                return cursor.fetchone()
+        except (OperationalError, InterfaceError):
+            if attempt == 2 or connection.in_atomic_block:
+                raise
+            connection.close()
+    return None
 
 
 def _host_id(token_hash: str) -> int:

@@ -18,6 +18,8 @@ from greenops.tokens import hash_token, new_token
 
 TOKEN_PREFIX = "gho_"
 # A host that sent nothing for 2 minutes (12 of the agent's 10-second batches) is offline.
+# A spool older than this on an online host is an outage being caught up, not a send in flight.
+RECONNECTING_MIN_S = 60
 ONLINE_WINDOW_S = 120
 
 
@@ -71,6 +73,16 @@ class Host(models.Model):
 
     def is_online(self, now=None, window_s: int = ONLINE_WINDOW_S) -> bool:
         return self.seen_online(self.last_seen, now, window_s)
+
+    def behind_s(self, now=None) -> float | None:
+        """Seconds the host's data is behind while its agent drains a spool after an outage
+        (its oldest batch waiting, as of its latest report), or None when it is keeping up.
+        The page then says "reconnecting, N min behind" instead of a plain online, or the
+        offline it showed while the agent's backoff ran."""
+        if not self.is_online(now) or not self.spool_depth or self.spool_depth < 2:
+            return None  # one batch waiting is the one being sent: normal
+        age = self.spool_oldest_age_s
+        return age if age is not None and age >= RECONNECTING_MIN_S else None
 
     @staticmethod
     def seen_online(last_seen: dt.datetime | None, now: dt.datetime | None = None,
