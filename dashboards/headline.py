@@ -258,12 +258,10 @@ KPIS_TTL_S = 2 * 3600
 
 def kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
     """What the team home reads from KPI rollups at `range_key`, computed now."""
-    month = windows.month_containing(now, team.time_zone)
-    end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
+    month = month_window(team, now)
     return {
         "overview": kpi_queries.overview(team, None, kpi_range(range_key), now),
-        "month": kpi_queries.kpis(team, None, month.start, end, Period.HOUR,
-                                  kpi_queries.rows_by_day(team, None, month.start, end)),
+        "month": _month_kpis(team, month),
         "daily": daily_by_workload(team, range_key, now),
     }
 
@@ -333,6 +331,8 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
         per_1k.fix_href, per_1k.fix_label = prices_url, "set prices"
     cards = [
         cost,
+        Card("gpu_energy_kwh", "GPU energy", cur.get("gpu_energy_kwh"), "kWh", 2, kpis_url,
+             change.get("gpu_energy_kwh"), "part of IT energy"),
         Card("energy_kwh", "IT energy", cur.get("energy_kwh"), "kWh", 2, kpis_url,
              change.get("energy_kwh"), "GPU + CPU + RAM"),
         Card("facility_energy_kwh", "Facility energy", cur.get("facility_energy_kwh"), "kWh",
@@ -350,6 +350,7 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
     ]
     return {
         "range": key, "label": label, "start": ov["start"], "end": ov["end"],
+        "window_text": ov.get("window_text", ""),
         "cards": cards, "comparable": ov["comparable"],
         "previous_partial": ov["previous_partial"], "simulated": cur.get("simulated"),
         "unpriced": missing, "costs": costs_now,
@@ -360,19 +361,34 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
     }
 
 
+def month_window(team: Team, now: dt.datetime) -> windows.Window | None:
+    """This calendar month in the team's time zone so far (whole finished hours, as its report
+    counts them); None in its first hour, before any hour of it has finished."""
+    month = windows.month_containing(now, team.time_zone)
+    if windows.floor_hour(now) <= month.start:
+        return None
+    return windows.so_far(month, now)
+
+
+def _month_kpis(team: Team, month: windows.Window | None) -> dict:
+    if month is None:
+        return {}
+    return kpi_queries.kpis(team, None, month.start, month.end, Period.HOUR,
+                            kpi_queries.rows_by_day(team, None, month.start, month.end))
+
+
 def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None,
                   month_kpis: dict | None = None) -> dict:
     """This calendar month (in the team's time zone) so far: cost (priced hosts), IT energy,
     carbon, inferences. `month_kpis`: kpi_figures' "month", when the caller has it."""
+    w = month_window(team, now)
     month = windows.month_containing(now, team.time_zone)
-    start = month.start
-    k = month_kpis
-    if k is None:
-        end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
-        k = kpi_queries.kpis(team, None, start, end, Period.HOUR,
-                             kpi_queries.rows_by_day(team, None, start, end))
+    k = month_kpis if month_kpis is not None else _month_kpis(team, w)
     costs, missing = _month_costs(team, (usage.now if usage else None) or now, usage)
-    return {"start": start, "label": month.label,
+    return {"start": month.start, "end": w.end if w else month.start,
+            "label": w.label if w else month.label,
+            "text": w.text if w else f"{month.label}: no hour finished yet",
+            "month": f"{month.start.astimezone(windows.time_zone(month.tz)):%Y-%m}",
             "cost_usd": costs["priced_cost_usd"], "unpriced": missing,
             "energy_kwh": k.get("energy_kwh"), "co2e_kg": k.get("co2e_kg"),
             "requests": k.get("requests")}
@@ -381,9 +397,9 @@ def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None,
 def _month_costs(team: Team, now: dt.datetime, usage: Usage | None = None
                  ) -> tuple[dict, Unpriced]:
     """Cost of this calendar month so far: accounting counts whole hours up to the start of
-    the current one."""
-    start = windows.month_containing(now, team.time_zone).start
-    days = max((now.replace(minute=0, second=0, microsecond=0) - start).total_seconds(), 0)
+    the current one (windows.lookback), the window month_window prints."""
+    w = month_window(team, now)
+    days = (w.end - w.start).total_seconds() if w is not None else 0
     if not days:  # the month's first hour: no whole hour finished yet, so nothing billed yet
         return ({"total_cost_usd": 0.0, "priced_cost_usd": 0.0, "idle_cost_usd": 0.0,
                  "idle_threshold_pct": accounting.IDLE_UTIL_PCT}, Unpriced())

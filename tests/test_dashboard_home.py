@@ -146,7 +146,7 @@ def test_headline_change_against_the_previous_period(db, team):
                       gpu_energy_j=joules, util_sum=50.0, util_n=1, gpu_minutes=60)
             for h in range(7 * 24)])
 
-    end = NOW.replace(minute=0) + dt.timedelta(hours=1)
+    end = NOW.replace(minute=0)  # whole finished hours (windows.period)
     day_rows(end - dt.timedelta(days=14), 3.6e6)  # 1 kWh per hour
     day_rows(end - dt.timedelta(days=7), 7.2e6)   # 2 kWh per hour
     head = headline.headline(team, "week", NOW)
@@ -232,12 +232,12 @@ def test_month_to_date_reads_day_rows_and_equals_the_sum_of_hours(db, team):
             rollup.rollup_day(team, day)
         day += dt.timedelta(days=1)
 
-    end = now.replace(minute=0) + dt.timedelta(hours=1)
+    end = now.replace(minute=0)  # whole finished hours: the month so far ends at 15:00
     every_hour = kq.kpis(team, None, month_start, end, Period.HOUR)
     by_day = kq.rows_by_day(team, None, month_start, end)
     assert sum(r.period == Period.DAY for r in by_day) == 17  # 2-19 Nov less the 9th
-    # The 1st from 04:00 (20 h), the 9th (24 h) and the 20th to 16:00 (16 h) from hours.
-    assert sum(r.period == Period.HOUR for r in by_day) == 20 + 24 + 16
+    # The 1st from 04:00 (20 h), the 9th (24 h) and the 20th to 15:00 (15 h) from hours.
+    assert sum(r.period == Period.HOUR for r in by_day) == 20 + 24 + 15
     edges = {month_start, end - kq.STEP[Period.HOUR]}
     assert edges <= {r.bucket for r in by_day if r.period == Period.HOUR}
     month = headline.month_to_date(team, now)

@@ -377,6 +377,7 @@ def team_recommendations(team: Team, lookback_days: int, now: dt.datetime | None
         "lookback_days": lookback_days,
         "start": tu.start.isoformat(),
         "end": tu.end.isoformat(),
+        "window_text": windows.lookback(tu.lookback_days, tu.end).text,
         "method": "estimate from measured GPU-hour rollups and catalog prices",
         # Commitments use the lookback (and need 30 days of it); the other savings always use
         # the latest BASIS_DAYS, so they do not swing with the lookback.

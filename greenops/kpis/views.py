@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from greenops import windows
+from greenops.errors import FieldError
 from greenops.kpis import figures, queries
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
@@ -34,14 +35,26 @@ def _cards(ov: dict) -> list[dict]:
             for label, key, unit, digits in spec]
 
 
+def _window(request: HttpRequest, team: Team) -> tuple[str, windows.Window]:
+    """The page's window: `?month=YYYY-MM` (a calendar month in the team's time zone, so far
+    while it runs: the window its report covers) or `?range=` (a named period)."""
+    if "month" in request.GET:
+        try:
+            return "month", queries.month_window(team, request.GET["month"])
+        except FieldError:
+            raise Http404("Unknown month") from None
+    key = windows.range_from_request(request, queries.RANGES)
+    return key, queries.window(key)
+
+
 @team_permission("team.view")
 def overview(request: HttpRequest, team: Team) -> HttpResponse:
-    key = windows.range_from_request(request, queries.RANGES)
-    ov = queries.overview(team, None, key)
-    s = queries.series(team, None, key)
+    key, w = _window(request, team)
+    ov = queries.window_overview(team, None, w, queries.PERIOD.get(key, queries.Period.HOUR))
+    s = queries.series(team, None, key, w=w)
     return render(request, "kpis/overview.html", {
         "team": team, "ov": ov, "cards": _cards(ov), "range_key": key, "ranges": queries.RANGES,
-        "workloads": queries.workload_table(team, key), "series": s,
+        "workloads": queries.workload_table(team, key, w=w), "series": s,
         "figures": {"energy": figures.energy(s)},
         "jobs": TrainingJob.objects.filter(team=team).select_related("workload")[:20],
     })
@@ -50,9 +63,9 @@ def overview(request: HttpRequest, team: Team) -> HttpResponse:
 @team_permission("team.view")
 def workload(request: HttpRequest, team: Team, workload_slug: str) -> HttpResponse:
     wl = get_object_or_404(Workload, team=team, slug=workload_slug)
-    key = windows.range_from_request(request, queries.RANGES)
-    ov = queries.overview(team, wl, key)
-    s = queries.series(team, wl, key)
+    key, w = _window(request, team)
+    ov = queries.window_overview(team, wl, w, queries.PERIOD.get(key, queries.Period.HOUR))
+    s = queries.series(team, wl, key, w=w)
     figs = {"energy": figures.energy(s)}
     if wl.kind != WorkloadKind.TRAINING:
         figs.update(epi=figures.energy_per_inference(s), latency=figures.latency_vs_energy(s),

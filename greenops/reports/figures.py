@@ -395,7 +395,13 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
     zone = zone or team_zone_name(team)
     progress = progress or (lambda pct, stage: None)
     now = now or timezone.now()
-    start, end = month_window(team, month, zone)
+    whole = windows.calendar_month(month.year, month.month, zone)
+    # The running month covers its whole finished hours so far, as every page and the KPI API
+    # count it (windows.so_far): a report of it is provisional and says "so far".
+    if windows.floor_hour(now) <= whole.start:
+        raise invalid("month", "has no finished hour yet: pick a month that has started")
+    w = windows.so_far(whole, now)
+    start, end = w.start, w.end
     prev_start, prev_end = month_window(team, month.previous(), zone)
     progress(10, "hosts: energy, carbon and cost")
     hosts = list(Host.objects.filter(team=team).prefetch_related("gpus"))
@@ -422,8 +428,10 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
         "month": str(month), "month_label": month.label,
         "time_zone": zone,
         "start": start.isoformat(), "end": end.isoformat(),
-        "closed": end <= now,
-        "hours_in_month": hours,
+        "window": w.as_dict(), "window_text": w.text, "so_far": w.so_far,
+        "closed": not w.so_far and end <= now,
+        "hours_in_month": int((whole.end - whole.start).total_seconds() // 3600),
+        "hours_counted": hours,
         "hours_with_data": _hours_with_data(team, start, end),
         "totals": totals, "previous": previous, "change_pct": change,
         "cost_by_option": _cost_by_option(host_rows),

@@ -161,13 +161,19 @@ def _utc(iso: str) -> str:
     return iso[:16].replace("T", " ")
 
 
+def window_line(fig: dict) -> str:
+    """The report's [start, end) as every surface prints a window (greenops.windows): "1–31 Oct
+    2026, Europe/Paris", or "... (so far)" for the running month, with its UTC instants."""
+    text = fig.get("window_text") or f"{fig['month_label']}, {fig['time_zone']}"
+    return f"{text} ({_utc(fig['start'])} to {_utc(fig['end'])} UTC)"
+
+
 def methodology(fig: dict) -> list[tuple[str, str]]:
     m = fig["methodology"]
     prices = "; ".join(m["price_sources"]) or "no price used"
     return [
         ("Methodology version", m["version"]),
-        ("Month", f"{fig['month_label']} in {fig['time_zone']} "
-                  f"({_utc(fig['start'])} to {_utc(fig['end'])} UTC)"),
+        ("Month", window_line(fig)),
         ("Coverage", f"{fig['hours_with_data']} of {fig['hours_in_month']} hours have data"),
         *([("Month boundary", m["boundary"])] if m.get("boundary") else []),
         ("Energy", m["energy"]),
