@@ -59,7 +59,7 @@ class Unpriced:
 
     def sentence(self) -> str:
         s = "" if self.count == 1 else "s"
-        return f"{self.count} host{s} without a price ({self.gpu_hours:,} GPU-hours)"
+        return f"{self.count} host{s} unpriced ({self.gpu_hours:,} GPU-hours without a price)"
 
 
 def kpi_range(range_key: str) -> str:
@@ -298,7 +298,9 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
     cost = Card("cost_usd", "Cost", costs_now["priced_cost_usd"], "", 2, costs_url,
                 prefix="$")
     if missing.count:
-        cost.label = "Cost of priced hosts"
+        # The partial-sum rule (README, accounting): a sum with unknown parts is a lower bound
+        # and names them -- "≥ $X", "2 hosts unpriced".
+        cost.prefix = "≥ $"
         cost.note = missing.sentence()
         cost.fix_href, cost.fix_label = prices_url, "set prices"
     elif not missing_before.count:

@@ -85,6 +85,11 @@ def kpis(team: Team, workload: Workload | None, start: dt.datetime, end: dt.date
     return metrics.derive(totals, (end - start).total_seconds())
 
 
+def workload_figures(workload: Workload, k: dict) -> dict:
+    """A workload's KPIs with unknown, not zero, where none of its GPUs reported."""
+    return metrics.without_gpu_data(k, workload.gpu_queryset().exists())
+
+
 # The previous period must have data in at least this share of the current period's buckets.
 COMPARABLE_COVERAGE = 0.8
 
@@ -111,6 +116,9 @@ def window_overview(team: Team, workload: Workload | None, w: windows.Window,
     before_rows = rows_by_day(team, workload, start - span, start)
     current = kpis(team, workload, start, end, period, now_rows)
     previous = kpis(team, workload, start - span, start, period, before_rows)
+    if workload is not None:
+        current, previous = workload_figures(workload, current), workload_figures(workload,
+                                                                                  previous)
     # A change against a period that was only partly measured (the fleet joined half-way
     # through it) is a measurement artefact, not a trend: compare only like with like.
     buckets_now = rows(team, workload, Period.HOUR, start, end).count()
@@ -168,5 +176,5 @@ def workload_table(team: Team, range_key: str, now: dt.datetime | None = None,
     out = []
     for wl in Workload.objects.filter(team=team):
         k = kpis(team, wl, w.start, w.end, rollups=rows_by_day(team, wl, w.start, w.end))
-        out.append({"workload": wl, **k})
+        out.append({"workload": wl, **workload_figures(wl, k)})
     return out

@@ -30,9 +30,26 @@ def _cards(ov: dict) -> list[dict]:
     for q in ("p50", "p99"):
         if ov["current"].get(f"latency_{q}_above"):
             notes[f"latency_{q}_ms"] = "at least: above the highest bucket bound"
+    unknown = ov["current"].get("unknown", {})
     return [{"label": label, "key": key, "value": ov["current"][key], "unit": unit,
-             "digits": digits, "change": ov["change_pct"].get(key), "note": notes.get(key)}
+             "digits": digits, "change": ov["change_pct"].get(key), "note": notes.get(key),
+             "why": unknown.get(key) or _why(ov["current"], key)}
             for label, key, unit, digits in spec]
+
+
+def _why(current: dict, key: str) -> str:
+    """Why a card without a figure has none (unknown is not zero, and says why)."""
+    if current.get(key) is not None:
+        return ""
+    if key.startswith("latency_"):
+        return "no latency histogram reported"
+    if key in ("throughput_per_s", "energy_per_inference_j", "co2e_per_1k_inferences_g"):
+        return "no inferences reported" if not current.get("requests") else "not measured"
+    if key == "energy_per_token_j":
+        return "no token counts reported"
+    if key == "gpu_util_pct":
+        return "no GPU utilisation reported"
+    return "no data in this window"
 
 
 def _window(request: HttpRequest, team: Team) -> tuple[str, windows.Window]:

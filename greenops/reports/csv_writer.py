@@ -55,7 +55,11 @@ def rows(fig: dict) -> list[dict]:
             "inferences": t["requests"], "gpu_hours": t["gpu_hours"],
             "idle_gpu_hours": t["idle_gpu_hours"], "idle_cost_usd": t["idle_cost_usd"],
             "simulated": t["simulated"],
-            "note": "" if t["cost_usd"] is not None else "cost unknown: a host has no price"}]
+            "note": "; ".join(_unknown_notes(t.get("unknown") or {})
+                              + ([f"known part of cost_usd (a lower bound): "
+                                  f"{t['cost_known_usd']!r} USD"]
+                                 if t["cost_usd"] is None and "cost_known_usd" in t else []))
+            or ("" if t["cost_usd"] is not None else "cost unknown: a host has no price")}]
     for h in fig["hosts"]:
         out.append({**base, "row_type": "host", "host": h["host"], "provider": h["provider"],
                     "region": h["region"], "instance_type": h["instance_type"],
@@ -74,13 +78,23 @@ def rows(fig: dict) -> list[dict]:
                     "co2e_location_kg": w["co2e_kg"], "cost_usd": w["cost_usd"],
                     "inferences": w["requests"], "gpu_hours": w["gpu_hours"],
                     "simulated": w["simulated"],
-                    "note": "attribution: GPUs shared by workloads count under each"})
+                    "note": "; ".join(["attribution: GPUs shared by workloads count under each",
+                                       *_unknown_notes(w.get("unknown") or {})])})
     for j in fig["jobs"]:
         out.append({**base, "row_type": "job", "workload": j["workload"],
                     "it_kwh": j["energy_kwh"], "facility_kwh": j["facility_energy_kwh"],
                     "co2e_location_kg": j["co2e_kg"], "cost_usd": j["cost_usd"],
                     "gpu_hours": j["gpu_hours"], "note": f"training job {j['name']}"})
     return out
+
+
+def _unknown_notes(unknown: dict) -> list[str]:
+    """"unknown: it_kwh, cost_usd -- no GPU data ..." per reason: an empty cell is null, and the
+    note says why (never 0)."""
+    by_reason: dict[str, list[str]] = {}
+    for key, reason in unknown.items():
+        by_reason.setdefault(reason, []).append(key)
+    return [f"unknown {', '.join(keys)}: {reason}" for reason, keys in by_reason.items()]
 
 
 def write(fig: dict) -> bytes:

@@ -207,6 +207,15 @@ def _sum(rows: list[dict], key: str) -> float | None:
 def _totals(team: Team, hosts: list[dict], start: dt.datetime, end: dt.datetime) -> dict:
     k = _kpis(team, None, start, end)
     market = [h for h in hosts if h["co2e_market_kg"] is not None]
+    unpriced = [h for h in hosts if h["cost_usd"] is None]
+    unknown = {}
+    if unpriced:
+        s = "" if len(unpriced) == 1 else "s"
+        unknown["cost_usd"] = unknown["idle_cost_usd"] = (
+            f"{len(unpriced)} host{s} unpriced: " + ", ".join(h["host"] for h in unpriced))
+    if len(market) != len([h for h in hosts if h["energy_kwh"]]) or not market:
+        unknown["co2e_market_kg"] = ("no supplier-specific factor (contract) recorded for every "
+                                     "site, and no residual mix is shipped")
     return {
         "gpu_energy_kwh": k["gpu_energy_kwh"], "cpu_ram_energy_kwh": k["cpu_ram_energy_kwh"],
         "energy_kwh": k["energy_kwh"], "facility_energy_kwh": k["facility_energy_kwh"],
@@ -222,6 +231,12 @@ def _totals(team: Team, hosts: list[dict], start: dt.datetime, end: dt.datetime)
         "simulated": k["simulated"],
         "pue_source": k["pue_source"], "intensity_source": k["intensity_source"],
         "cpu_ram_method": k["cpu_ram_method"],
+        # The partial-sum rule: a sum with unknown parts is null with the reason, and its known
+        # part is given beside it as a lower bound ("≥ $X, 2 hosts unpriced").
+        "cost_known_usd": float(sum(h["cost_usd"] for h in hosts
+                                    if h["cost_usd"] is not None)),
+        "unpriced_hosts": len(unpriced),
+        "unknown": unknown,
     }
 
 
@@ -259,6 +274,7 @@ def _workloads(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
         k = _kpis(team, w, start, end)
         if not (k["requests"] or k["energy_kwh"] or k["gpu_hours"]):
             continue
+        k = kpi_queries.workload_figures(w, k)
         out.append({
             "workload": w.slug, "name": w.name, "kind": w.kind,
             "requests": k["requests"], "energy_kwh": k["energy_kwh"],
@@ -273,6 +289,7 @@ def _workloads(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
             # Throughput divides by the seconds the inference windows measured.
             "coverage": k.get("coverage", ""),
             "simulated": k["simulated"],
+            "unknown": k["unknown"],  # figure -> why it is null
         })
     return out
 
@@ -325,11 +342,13 @@ def _sci(workloads: list[dict], jobs: list[dict], hosts: list[dict]) -> dict:
     for w in workloads:
         if w["kind"] == WorkloadKind.TRAINING or not w["requests"]:
             continue
-        m_g = m_rate * w["gpu_hours"] if m_rate is not None else None
-        ei_g = w["co2e_kg"] * 1000
+        m_g = m_rate * w["gpu_hours"] if m_rate is not None and w["gpu_hours"] is not None \
+            else None
+        # No GPU data: E x I is unknown, and so is SCI (never 0 g).
+        ei_g = None if w["co2e_kg"] is None else w["co2e_kg"] * 1000
         rows.append({"subject": w["name"], "unit": "inference", "r": w["requests"],
                      "e_kwh": w["facility_energy_kwh"], "ei_g": ei_g, "m_g": m_g,
-                     "sci_g": (ei_g + (m_g or 0.0)) / w["requests"]})
+                     "sci_g": None if ei_g is None else (ei_g + (m_g or 0.0)) / w["requests"]})
     for j in jobs:
         if j["co2e_kg"] is None:
             continue

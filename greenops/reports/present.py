@@ -50,7 +50,18 @@ SUMMARY = (
 )
 
 
+def partial_sum(known: float, unknown_parts: int, digits: int = 2, unit: str = "USD",
+                what: str = "host", why: str = "unpriced") -> str:
+    """The one rule for a sum with unknown parts (README, accounting): a lower bound that names
+    what it leaves out, "≥ 1,234.56 USD (2 hosts unpriced)"."""
+    s = "" if unknown_parts == 1 else "s"
+    return f"≥ {num(known, digits, unit)} ({unknown_parts} {what}{s} {why})"
+
+
 def _why_unknown(fig: dict, key: str) -> str:
+    reason = (fig["totals"].get("unknown") or {}).get(key)
+    if reason:
+        return reason
     if key == "co2e_market_kg":
         return "no supplier-specific factor recorded on every site"
     if key in ("cost_usd", "idle_cost_usd"):
@@ -66,6 +77,8 @@ def summary(fig: dict) -> Table:
     rows = []
     for label, key, digits, unit, big in SUMMARY:
         value = num(t[key], digits, unit)
+        if key == "cost_usd" and t[key] is None and t.get("unpriced_hosts"):
+            value = partial_sum(t["cost_known_usd"], t["unpriced_hosts"])
         if big and t[key] is not None:
             value += f" ({num(t[key] / big[0], 3, big[1])})"
         note = _why_unknown(fig, key) if t[key] is None else ""
@@ -94,7 +107,9 @@ def workloads(fig: dict) -> Table:
                  empty="No workload had inferences or GPU energy this month.",
                  notes=[f"Throughput of {w['name']}: over the time its inference windows "
                         f"measured ({w['coverage']})" for w in fig["workloads"]
-                        if w.get("coverage") and w["requests"]])
+                        if w.get("coverage") and w["requests"]]
+                 + [f"{w['name']}: unknown ({reason})" for w in fig["workloads"]
+                    for reason in dict.fromkeys((w.get("unknown") or {}).values())])
 
 
 def jobs(fig: dict) -> Table:
