@@ -424,7 +424,7 @@ def daily_by_workload(team: Team, range_key: str, now: dt.datetime | None = None
     now = now or timezone.now()
     key = kpi_range(range_key)
     span = max(kpi_queries.RANGES[key].span, MIN_DAILY_SPAN)
-    end = now.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
+    end = windows.floor_day(now) + dt.timedelta(days=1)
     start = end - span
     rows = KpiRollup.objects.filter(team=team, period=Period.DAY, bucket__gte=start,
                                     bucket__lt=end)

@@ -236,10 +236,10 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
             p, i, carbon = carbon_factors(hosts[0].host, pue, intensity)
             month = to_month(tu, [h.host for h in hosts])
             hours = sum(h.running_hours * share[h.host.id] for h in hosts) * month
-            kwh = sum(h.energy_kwh * share[h.host.id] for h in hosts) * month * p
+            it_kwh = sum(h.energy_kwh * share[h.host.id] for h in hosts) * month
             r = rec.spot_fit(traits, float(od.usd_per_hour),
                              float(spot.usd_per_hour) if spot else None,
-                             spot.interruption_band if spot else "", hours, kwh, i)
+                             spot.interruption_band if spot else "", hours, it_kwh, i, pue=p)
             if r is None:
                 continue
             if len(groups) > 1:

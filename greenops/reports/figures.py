@@ -240,6 +240,26 @@ def _totals(team: Team, hosts: list[dict], start: dt.datetime, end: dt.datetime)
     }
 
 
+# Host and workload columns that add up to the totals, with the "not attributed" rows.
+ATTRIBUTED = ("gpu_energy_kwh", "cpu_ram_energy_kwh", "energy_kwh", "facility_energy_kwh",
+              "co2e_kg", "cost_usd", "gpu_hours")
+WORKLOAD_ATTRIBUTED = ("energy_kwh", "facility_energy_kwh", "co2e_kg", "cost_usd")
+
+
+def _not_attributed(totals: dict, rows: list[dict], keys: tuple[str, ...]) -> dict:
+    """The total less its rows, per column: what no row claims (hosts no longer in the team,
+    GPUs in no workload), so rows + this = the total. Negative for workloads that share GPUs
+    (each counts them). Unknown where the total or a row is unknown."""
+    out = {}
+    for key in keys:
+        values = [r.get(key) for r in rows]
+        if totals.get(key) is None or any(v is None for v in values):
+            out[key] = None
+        else:
+            out[key] = totals[key] - float(sum(values))
+    return out
+
+
 def _daily(team: Team, start: dt.datetime, end: dt.datetime, zone_name: str) -> list[dict]:
     """Facility energy and carbon per day of the month in the team's zone, from the same hour
     rollups as the totals (UTC day rollups would split a UTC+1 team's days wrongly)."""
@@ -456,6 +476,9 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
         "cost_by_option": _cost_by_option(host_rows),
         "daily": _daily(team, start, end, zone),
         "hosts": host_rows, "workloads": workloads, "jobs": jobs,
+        "not_attributed": {"hosts": _not_attributed(totals, host_rows, ATTRIBUTED),
+                           "workloads": _not_attributed(totals, workloads,
+                                                        WORKLOAD_ATTRIBUTED)},
         "recommendations": recs,
         "sci": _sci(workloads, jobs, host_rows),
         "alerts": _alerts(team, start, end),

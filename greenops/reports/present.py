@@ -139,10 +139,37 @@ def hosts(fig: dict, limit: int | None = None) -> Table:
              num(h["idle_gpu_hours"], 1, "h"), num(h["idle_cost_usd"], 2, "USD")]
             for h in items]
     notes = [f"{h['host']}: {h['price_problem']}" for h in items if h["price_problem"]]
+    rest = fig.get("not_attributed")
+    if rest is not None and fig["hosts"]:
+        # Rows add up: the hosts not listed, what no host row claims, and the total.
+        others = fig["hosts"][len(items):]
+        if others:
+            rows.append(_sum_row(f"{len(others)} other hosts", others))
+        t, na = fig["totals"], rest["hosts"]
+        rows.append(["Not attributed", "", "", "", num(na["energy_kwh"], 3, "kWh"),
+                     num(na["facility_energy_kwh"], 3, "kWh"), num(na["co2e_kg"], 3, "kg"),
+                     num(na["cost_usd"], 2, "USD"), "", ""])
+        cost = num(t["cost_usd"], 2, "USD") if t["cost_usd"] is not None or not \
+            t.get("unpriced_hosts") else partial_sum(t["cost_known_usd"], t["unpriced_hosts"])
+        rows.append(["Total", "", "", "", num(t["energy_kwh"], 3, "kWh"),
+                     num(t["facility_energy_kwh"], 3, "kWh"), num(t["co2e_kg"], 3, "kg"),
+                     cost, num(t["idle_gpu_hours"], 1, "h"), num(t["idle_cost_usd"], 2, "USD")])
+        notes.append("Host rows + \"Not attributed\" (the total less the host rows: hosts no "
+                     "longer in the team, rollups not yet rewritten) = Total.")
     return Table("hosts", "Top hosts by cost" if limit else "Hosts",
                  ["Host", "Instance", "Purchase", "Scope", "IT energy", "Facility energy",
                   "CO2e (location)", "Cost", "Idle GPU-h", "Idle cost"], rows,
                  empty="No host ran or was paid for this month.", notes=notes)
+
+
+def _sum_row(label: str, hosts: list[dict]) -> list[str]:
+    def total(key: str) -> float | None:
+        values = [h[key] for h in hosts]
+        return None if any(v is None for v in values) else float(sum(values))
+    return [label, "", "", "", num(total("energy_kwh"), 3, "kWh"),
+            num(total("facility_energy_kwh"), 3, "kWh"), num(total("co2e_kg"), 3, "kg"),
+            num(total("cost_usd"), 2, "USD"), num(total("idle_gpu_hours"), 1, "h"),
+            num(total("idle_cost_usd"), 2, "USD")]
 
 
 def sci(fig: dict) -> Table:

@@ -16,6 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from greenops.charts import MAX_POINTS
+from greenops.quantiles import sorted_quantile as quantile
 from greenops.teams.models import Team
 from greenops.telemetry import store
 from greenops.telemetry.models import ROLLUPS, FleetBucket, FleetFill, Gpu, Host
@@ -28,14 +29,6 @@ def display_step_s(span_s: float, source_step_s: int, max_points: int = MAX_POIN
     """The smallest whole number of rollup steps that fits the span into max_points buckets.
     E.g. 24 h of minute rollups in 300 points: 60 s x ceil(86,400 / (300 x 60)) = 300 s."""
     return source_step_s * max(1, math.ceil(span_s / (max_points * source_step_s)))
-
-
-def quantile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), on sorted values."""
-    pos = q * (len(sorted_values) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def grid(range_key: str, now: dt.datetime | None = None,

@@ -41,6 +41,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from greenops.windows import floor_day
+
 log = logging.getLogger(__name__)
 
 DAY = dt.timedelta(days=1)
@@ -71,7 +73,7 @@ class Spec:
         return n * self.keep_unit if n > 0 else None
 
     def floor(self, t: dt.datetime) -> dt.datetime:
-        t = t.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        t = floor_day(t)
         return t - dt.timedelta(days=t.weekday()) if self.step == "week" else t
 
     def next(self, start: dt.datetime) -> dt.datetime:
