@@ -295,6 +295,7 @@ def _workloads(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
         if not (k["requests"] or k["energy_kwh"] or k["gpu_hours"]):
             continue
         k = kpi_queries.workload_figures(w, k)
+        m_g, m_how = _embodied(w, start, end)
         out.append({
             "workload": w.slug, "name": w.name, "kind": w.kind,
             "requests": k["requests"], "energy_kwh": k["energy_kwh"],
@@ -310,8 +311,36 @@ def _workloads(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
             "coverage": k.get("coverage", ""),
             "simulated": k["simulated"],
             "unknown": k["unknown"],  # figure -> why it is null
+            "m_g": m_g, "m_method": m_how,
         })
     return out
+
+
+def _embodied(workload, start: dt.datetime, end: dt.datetime) -> tuple[float | None, str]:
+    """SCI's M for the workload, as the Green Software Foundation's SCI specification defines
+    it: TE x (TiR / EL) x (RR / ToR), per GPU of the workload's own: TE / (EL x ToR) is the
+    embodied rate a site records per GPU-hour (the server's total embodied emissions over its
+    expected lifespan, shared by its GPUs), TiR the hours that GPU ran in the window, RR = 1
+    GPU. Not a team-average rate: a workload on one GPU of a low-carbon server gets that
+    server's rate. None (with the reason) when a site records none."""
+    from greenops.telemetry.models import GpuHour
+
+    gpus = list(workload.gpu_queryset().select_related("host"))
+    if not gpus:
+        return None, "no GPUs assigned"
+    hours = dict(GpuHour.objects.filter(gpu__in=gpus, bucket__gte=start, bucket__lt=end,
+                                        samples__gt=0)
+                 .values("gpu_id").annotate(n=models.Count("*")).values_list("gpu_id", "n"))
+    sites = {}
+    total = 0.0
+    for g in gpus:
+        if g.host_id not in sites:
+            sites[g.host_id] = _host_site(g.host)
+        rate = _embodied_g_per_gpu_hour(sites[g.host_id])
+        if rate is None:
+            return None, f"no embodied emissions recorded for the site of {g.host.name}"
+        total += rate * hours.get(g.id, 0)
+    return total, "sum over the workload's GPUs of site rate x hours it ran"
 
 
 def _jobs(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
@@ -362,8 +391,7 @@ def _sci(workloads: list[dict], jobs: list[dict], hosts: list[dict]) -> dict:
     for w in workloads:
         if w["kind"] == WorkloadKind.TRAINING or not w["requests"]:
             continue
-        m_g = m_rate * w["gpu_hours"] if m_rate is not None and w["gpu_hours"] is not None \
-            else None
+        m_g = w.get("m_g")  # the workload's own GPUs (_embodied), per the SCI spec
         # No GPU data: E x I is unknown, and so is SCI (never 0 g).
         ei_g = None if w["co2e_kg"] is None else w["co2e_kg"] * 1000
         rows.append({"subject": w["name"], "unit": "inference", "r": w["requests"],
@@ -377,7 +405,9 @@ def _sci(workloads: list[dict], jobs: list[dict], hosts: list[dict]) -> dict:
         rows.append({"subject": j["name"], "unit": "training job", "r": 1,
                      "e_kwh": j["facility_energy_kwh"], "ei_g": ei_g, "m_g": m_g,
                      "sci_g": ei_g + (m_g or 0.0)})
-    note = ("M (embodied) included from the sites' recorded figures" if m_rate is not None
+    note = ("M (embodied) per workload = TE x (TiR / EL) x (RR / ToR) over its own GPUs (each "
+            "site's embodied rate per GPU-hour x the hours each GPU ran); training jobs use the "
+            "fleet's GPU-hour-weighted rate" if m_rate is not None
             else "M (embodied) not included: not every site records embodied emissions")
     return {"rows": rows, "m_note": note,
             "i_note": "I is location-based grid intensity; E is facility energy (IT x PUE)"}
