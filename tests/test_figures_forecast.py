@@ -36,7 +36,7 @@ def test_the_80_percent_interval_covers_75_to_85_percent():
         assert fc.low is not None and fc.high is not None and fc.low <= fc.value <= fc.high
         hits += fc.low <= total <= fc.high
         # The interval before: remaining x mean +- 1.2816 x s x sqrt(remaining).
-        n, m = len(seen), length - len(seen)
+        m = length - len(seen)
         point = sum(seen) + statistics.mean(seen) * m
         spread = 1.2816 * statistics.stdev(seen) * math.sqrt(m)
         old_hits += point - spread <= total <= point + spread
