@@ -262,6 +262,8 @@ def kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
     return {
         "overview": kpi_queries.overview(team, None, kpi_range(range_key), now),
         "month": _month_kpis(team, month),
+        "month_coverage": kpi_queries.host_hours(team, month.start, month.end)
+        if month is not None else None,
         "daily": daily_by_workload(team, range_key, now),
     }
 
@@ -355,8 +357,10 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
         "window_text": ov.get("window_text", ""),
         "cards": cards, "comparable": ov["comparable"],
         "previous_partial": ov["previous_partial"], "simulated": cur.get("simulated"),
+        "coverage": ov.get("coverage") or {"text": ""},
+        "coverage_flag": ov.get("coverage_flag", ""),
         "unpriced": missing, "costs": costs_now,
-        "month": month_to_date(team, now, usage, kpis["month"]),
+        "month": month_to_date(team, now, usage, kpis["month"], kpis.get("month_coverage")),
         # When the cost figures were computed and the hour their windows end at.
         "costs_as_of": usage.computed_at, "costs_end": windows.floor_hour(cnow),
         "end_hour": windows.floor_hour(now),
@@ -380,7 +384,7 @@ def _month_kpis(team: Team, month: windows.Window | None) -> dict:
 
 
 def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None,
-                  month_kpis: dict | None = None) -> dict:
+                  month_kpis: dict | None = None, coverage: dict | None = None) -> dict:
     """This calendar month (in the team's time zone) so far: cost (priced hosts), IT energy,
     carbon, inferences. `month_kpis`: kpi_figures' "month", when the caller has it."""
     w = month_window(team, now)
@@ -393,7 +397,9 @@ def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None,
             "month": f"{month.start.astimezone(windows.time_zone(month.tz)):%Y-%m}",
             "cost_usd": costs["priced_cost_usd"], "unpriced": missing,
             "energy_kwh": k.get("energy_kwh"), "co2e_kg": k.get("co2e_kg"),
-            "requests": k.get("requests")}
+            "requests": k.get("requests"),
+            "coverage": coverage or (kpi_queries.host_hours(team, w.start, w.end) if w
+                                     else {"text": ""})}
 
 
 def _month_costs(team: Team, now: dt.datetime, usage: Usage | None = None

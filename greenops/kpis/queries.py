@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.conf import settings
 from django.db.models import Q
 
 from greenops import windows
 from greenops.kpis import metrics
 from greenops.kpis.models import KpiRollup, Period  # noqa: F401 (Period: pages read it here)
 from greenops.teams.models import Team
+from greenops.telemetry.models import GpuHour, Host
 from greenops.workloads.models import Workload
 
 # Named ranges the KPI pages offer (greenops.windows owns them) and the rollup period that
@@ -105,6 +107,39 @@ def overview(team: Team, workload: Workload | None, range_key: str,
     return window_overview(team, workload, window(range_key, now), PERIOD[range_key])
 
 
+def host_hours(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
+    """How much of a period was measured: the team's host-hours in [start, end) -- each hour in
+    which a host existed (enrolled, not yet removed) -- and how many of them had a GPU sample.
+    {"measured", "expected", "share" (None: no host existed), "text"}."""
+    expected = 0
+    for created, removed in Host.objects.filter(team=team).values_list("created_at",
+                                                                       "removed_at"):
+        lo = max(start, windows.floor_hour(created)) if created else start
+        hi = min(end, removed) if removed else end
+        if hi > lo:
+            expected += len(windows.Window(lo, hi).buckets(windows.HOUR))
+    measured = (GpuHour.objects.filter(gpu__host__team=team, bucket__gte=start,
+                                       bucket__lt=end, samples__gt=0)
+                .values("gpu__host_id", "bucket").distinct().count())
+    measured = min(measured, expected) if expected else measured
+    share = measured / expected if expected else None
+    text = (f"{share * 100:.0f} % of host-hours measured ({measured:,} of {expected:,})"
+            if share is not None else "no host in this period")
+    return {"measured": measured, "expected": expected, "share": share, "text": text}
+
+
+def coverage_flag(now_cov: dict, before_cov: dict) -> str:
+    """Why a change between two periods is not shown as a bare percentage: either side measured
+    under settings.GREENOPS_COMPARE_MIN_COVERAGE of its host-hours. "" when both are enough."""
+    least = settings.GREENOPS_COMPARE_MIN_COVERAGE
+    for name, c in (("this period", now_cov), ("the previous period", before_cov)):
+        if c["share"] is None or c["share"] < least:
+            got = "no host" if c["share"] is None else f"{c['share'] * 100:.0f} %"
+            return (f"change not shown: {name} measured {got} of its host-hours "
+                    f"(under {least * 100:.0f} %)")
+    return ""
+
+
 def window_overview(team: Team, workload: Workload | None, w: windows.Window,
                     period: str = Period.HOUR) -> dict:
     """KPIs over the whole-hour window `w` (a named period, a calendar month so far) and their
@@ -130,9 +165,14 @@ def window_overview(team: Team, workload: Workload | None, w: windows.Window,
     clock_hour = w.span <= windows.HOUR
     comparable = (not clock_hour and buckets_now > 0
                   and buckets_before >= COMPARABLE_COVERAGE * buckets_now)
+    cov_now, cov_before = host_hours(team, start, end), host_hours(team, start - span, start)
+    flag = coverage_flag(cov_now, cov_before) if not clock_hour else ""
+    comparable = comparable and not flag
     changes = {k: metrics.change_pct(current.get(k), previous.get(k)) if comparable else None
                for k in CARD_KEYS}
-    return {"range": w.key, "label": w.label, "period": period, "start": start.isoformat(),
+    return {"range": w.key, "label": w.label, "coverage": cov_now,
+            "previous_coverage": cov_before, "coverage_flag": flag, "period": period,
+            "start": start.isoformat(),
             "end": end.isoformat(), "window": w.as_dict(), "window_text": w.text,
             "current": current, "previous": previous,
             "change_pct": changes, "comparable": comparable, "clock_hour": clock_hour,

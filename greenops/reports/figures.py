@@ -479,7 +479,12 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
     totals = _totals(team, host_rows, start, end)
     previous = _totals(team, _host_rows(team, hosts, prev_start, prev_end), prev_start,
                        prev_end)
-    change = {k: metrics.change_pct(totals[k], previous[k]) for k in TOTAL_KEYS}
+    cov_now = kpi_queries.host_hours(team, start, end)
+    cov_before = kpi_queries.host_hours(team, prev_start, prev_end)
+    # A change against a barely measured month is flagged, never a bare percentage.
+    change_flag = kpi_queries.coverage_flag(cov_now, cov_before)
+    change = {k: None if change_flag else metrics.change_pct(totals[k], previous[k])
+              for k in TOTAL_KEYS}
     progress(55, "workloads and training jobs")
     workloads = _workloads(team, start, end)
     jobs = _jobs(team, start, end)
@@ -503,6 +508,7 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
         "hours_counted": hours,
         "hours_with_data": _hours_with_data(team, start, end),
         "totals": totals, "previous": previous, "change_pct": change,
+        "coverage": cov_now, "previous_coverage": cov_before, "change_flag": change_flag,
         "cost_by_option": _cost_by_option(host_rows),
         "daily": _daily(team, start, end, zone),
         "hosts": host_rows, "workloads": workloads, "jobs": jobs,

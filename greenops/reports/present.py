@@ -82,9 +82,17 @@ def summary(fig: dict) -> Table:
         if big and t[key] is not None:
             value += f" ({num(t[key] / big[0], 3, big[1])})"
         note = _why_unknown(fig, key) if t[key] is None else ""
-        rows.append([label, value, num(prev[key], digits, unit), pct(change[key]), note])
-    return Table("summary", f"{fig['month_label']} at a glance",
-                 ["Figure", "This month", "Previous month", "Change", "Note"], rows)
+        shown = "flagged: coverage" if fig.get("change_flag") else pct(change[key])
+        rows.append([label, value, num(prev[key], digits, unit), shown, note])
+    notes = []
+    if fig.get("coverage"):
+        notes.append(f"Coverage: this month {fig['coverage']['text']}; previous month "
+                     f"{fig['previous_coverage']['text']}.")
+    if fig.get("change_flag"):
+        notes.append(f"Change: {fig['change_flag']}.")
+    return Table("summary", f"{fig['month_label']}{' so far' if fig.get('so_far') else ''} "
+                 "at a glance", ["Figure", "This month", "Previous month", "Change", "Note"],
+                 rows, notes=notes)
 
 
 def cost_by_option(fig: dict) -> Table:
