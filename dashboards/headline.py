@@ -191,9 +191,16 @@ def _generation(team_id: int) -> str:
     return _generations(team_id)[0]
 
 
-def snapshot_key(team_id: int, hour: dt.datetime, generation: str | None = None) -> str:
+def snapshot_key(team_id: int, hour: dt.datetime, generation: str | None = None,
+                 created: float | None = None) -> str:
+    """Where a team's cost snapshot of `hour` lives. `created` (the team's creation time, as
+    kpis_key keeps it) keeps a team id used again -- a new database beside the same cache --
+    from reading another team's figures."""
     generation = generation or _generation(team_id)
-    return f"team-home:v2:{team_id}:{hour:%Y%m%dT%H}:{generation}"
+    if created is None:
+        found = Team.objects.filter(id=team_id).values_list("created_at", flat=True).first()
+        created = found.timestamp() if found else 0.0
+    return f"team-home:v3:{team_id}:{created:.6f}:{hour:%Y%m%dT%H}:{generation}"
 
 
 def page_figures(team: Team, range_key: str, now: dt.datetime) -> tuple[Usage, dict]:
@@ -202,7 +209,7 @@ def page_figures(team: Team, range_key: str, now: dt.datetime) -> tuple[Usage, d
     that computes them -- and its KPI figures (kpi_figures, computed and stored when missing)."""
     generations = _generations(team.id)
     hour = windows.floor_hour(now)
-    keys = [snapshot_key(team.id, h, generations[0])
+    keys = [snapshot_key(team.id, h, generations[0], team.created_at.timestamp())
             for h in (hour, hour - dt.timedelta(hours=1))]
     kpis_at = kpis_key(team, range_key, now, generations)
     found = cache.get_many([*keys, kpis_at])
@@ -224,7 +231,8 @@ def save_snapshot(team: Team, usage: Usage) -> None:
     hour its figures were taken in."""
     if not usage.added or usage.now is None:
         return
-    cache.set(snapshot_key(team.id, windows.floor_hour(usage.now)),
+    cache.set(snapshot_key(team.id, windows.floor_hour(usage.now), None,
+                           team.created_at.timestamp()),
               {"team_id": team.id, "now": usage.now, "computed_at": usage.computed_at,
                "figures": usage.figures}, SNAPSHOT_TTL_S)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F, Q
 
 from greenops import windows
 from greenops.kpis import metrics
@@ -118,10 +118,14 @@ def host_hours(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
         hi = min(end, removed) if removed else end
         if hi > lo:
             expected += len(windows.Window(lo, hi).buckets(windows.HOUR))
-    measured = (GpuHour.objects.filter(gpu__host__team=team, bucket__gte=start,
-                                       bucket__lt=end, samples__gt=0)
-                .values("gpu__host_id", "bucket").distinct().count())
-    measured = min(measured, expected) if expected else measured
+    rows = GpuHour.objects.filter(gpu__host__team=team, bucket__gte=start, bucket__lt=end,
+                                  samples__gt=0)
+    measured = rows.values("gpu__host_id", "bucket").distinct().count()
+    # Hours measured outside a host's enrollment (a replayed spool, rows written before the
+    # host row): measured, so they count as hours of the period too.
+    expected += (rows.filter(Q(bucket__lte=F("gpu__host__created_at") - windows.HOUR)
+                             | Q(bucket__gte=F("gpu__host__removed_at")))
+                 .values("gpu__host_id", "bucket").distinct().count())
     share = measured / expected if expected else None
     text = (f"{share * 100:.0f} % of host-hours measured ({measured:,} of {expected:,})"
             if share is not None else "no host in this period")
@@ -132,11 +136,14 @@ def coverage_flag(now_cov: dict, before_cov: dict) -> str:
     """Why a change between two periods is not shown as a bare percentage: either side measured
     under settings.GREENOPS_COMPARE_MIN_COVERAGE of its host-hours. "" when both are enough."""
     least = settings.GREENOPS_COMPARE_MIN_COVERAGE
+    if now_cov["share"] is None and before_cov["share"] is None:
+        return ""  # no host on either side (inference counts only): nothing to weigh
     for name, c in (("this period", now_cov), ("the previous period", before_cov)):
         if c["share"] is None or c["share"] < least:
-            got = "no host" if c["share"] is None else f"{c['share'] * 100:.0f} %"
-            return (f"change not shown: {name} measured {got} of its host-hours "
-                    f"(under {least * 100:.0f} %)")
+            if c["share"] is None:
+                return f"change not shown: {name} had no host to measure"
+            return (f"change not shown: {name} measured {c['share'] * 100:.0f} % of its "
+                    f"host-hours (under {least * 100:.0f} %)")
     return ""
 
 

@@ -57,7 +57,8 @@ def _window(request: HttpRequest, team: Team) -> tuple[str, windows.Window]:
     while it runs: the window its report covers) or `?range=` (a named period)."""
     if "month" in request.GET:
         try:
-            return "month", queries.month_window(team, request.GET["month"])
+            # Not a range key: no named range is the current one in the page's range nav.
+            return "calendar-month", queries.month_window(team, request.GET["month"])
         except FieldError:
             raise Http404("Unknown month") from None
     key = windows.range_from_request(request, queries.RANGES)
