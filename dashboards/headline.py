@@ -59,7 +59,7 @@ class Unpriced:
 
     def sentence(self) -> str:
         s = "" if self.count == 1 else "s"
-        return f"{self.count} host{s} without a price ({self.gpu_hours:,} GPU-hours)"
+        return f"{self.count} host{s} unpriced ({self.gpu_hours:,} GPU-hours without a price)"
 
 
 def kpi_range(range_key: str) -> str:
@@ -191,9 +191,16 @@ def _generation(team_id: int) -> str:
     return _generations(team_id)[0]
 
 
-def snapshot_key(team_id: int, hour: dt.datetime, generation: str | None = None) -> str:
+def snapshot_key(team_id: int, hour: dt.datetime, generation: str | None = None,
+                 created: float | None = None) -> str:
+    """Where a team's cost snapshot of `hour` lives. `created` (the team's creation time, as
+    kpis_key keeps it) keeps a team id used again -- a new database beside the same cache --
+    from reading another team's figures."""
     generation = generation or _generation(team_id)
-    return f"team-home:v2:{team_id}:{hour:%Y%m%dT%H}:{generation}"
+    if created is None:
+        found = Team.objects.filter(id=team_id).values_list("created_at", flat=True).first()
+        created = found.timestamp() if found else 0.0
+    return f"team-home:v3:{team_id}:{created:.6f}:{hour:%Y%m%dT%H}:{generation}"
 
 
 def page_figures(team: Team, range_key: str, now: dt.datetime) -> tuple[Usage, dict]:
@@ -202,7 +209,7 @@ def page_figures(team: Team, range_key: str, now: dt.datetime) -> tuple[Usage, d
     that computes them -- and its KPI figures (kpi_figures, computed and stored when missing)."""
     generations = _generations(team.id)
     hour = windows.floor_hour(now)
-    keys = [snapshot_key(team.id, h, generations[0])
+    keys = [snapshot_key(team.id, h, generations[0], team.created_at.timestamp())
             for h in (hour, hour - dt.timedelta(hours=1))]
     kpis_at = kpis_key(team, range_key, now, generations)
     found = cache.get_many([*keys, kpis_at])
@@ -224,7 +231,8 @@ def save_snapshot(team: Team, usage: Usage) -> None:
     hour its figures were taken in."""
     if not usage.added or usage.now is None:
         return
-    cache.set(snapshot_key(team.id, windows.floor_hour(usage.now)),
+    cache.set(snapshot_key(team.id, windows.floor_hour(usage.now), None,
+                           team.created_at.timestamp()),
               {"team_id": team.id, "now": usage.now, "computed_at": usage.computed_at,
                "figures": usage.figures}, SNAPSHOT_TTL_S)
 
@@ -258,12 +266,12 @@ KPIS_TTL_S = 2 * 3600
 
 def kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
     """What the team home reads from KPI rollups at `range_key`, computed now."""
-    month = windows.month_containing(now, team.time_zone)
-    end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
+    month = month_window(team, now)
     return {
         "overview": kpi_queries.overview(team, None, kpi_range(range_key), now),
-        "month": kpi_queries.kpis(team, None, month.start, end, Period.HOUR,
-                                  kpi_queries.rows_by_day(team, None, month.start, end)),
+        "month": _month_kpis(team, month),
+        "month_coverage": kpi_queries.host_hours(team, month.start, month.end)
+        if month is not None else None,
         "daily": daily_by_workload(team, range_key, now),
     }
 
@@ -300,7 +308,9 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
     cost = Card("cost_usd", "Cost", costs_now["priced_cost_usd"], "", 2, costs_url,
                 prefix="$")
     if missing.count:
-        cost.label = "Cost of priced hosts"
+        # The partial-sum rule (README, accounting): a sum with unknown parts is a lower bound
+        # and names them -- "≥ $X", "2 hosts unpriced".
+        cost.prefix = "≥ $"
         cost.note = missing.sentence()
         cost.fix_href, cost.fix_label = prices_url, "set prices"
     elif not missing_before.count:
@@ -333,6 +343,8 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
         per_1k.fix_href, per_1k.fix_label = prices_url, "set prices"
     cards = [
         cost,
+        Card("gpu_energy_kwh", "GPU energy", cur.get("gpu_energy_kwh"), "kWh", 2, kpis_url,
+             change.get("gpu_energy_kwh"), "part of IT energy"),
         Card("energy_kwh", "IT energy", cur.get("energy_kwh"), "kWh", 2, kpis_url,
              change.get("energy_kwh"), "GPU + CPU + RAM"),
         Card("facility_energy_kwh", "Facility energy", cur.get("facility_energy_kwh"), "kWh",
@@ -350,40 +362,60 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
     ]
     return {
         "range": key, "label": label, "start": ov["start"], "end": ov["end"],
+        "window_text": ov.get("window_text", ""),
         "cards": cards, "comparable": ov["comparable"],
         "previous_partial": ov["previous_partial"], "simulated": cur.get("simulated"),
+        "coverage": ov.get("coverage") or {"text": ""},
+        "coverage_flag": ov.get("coverage_flag", ""),
         "unpriced": missing, "costs": costs_now,
-        "month": month_to_date(team, now, usage, kpis["month"]),
+        "month": month_to_date(team, now, usage, kpis["month"], kpis.get("month_coverage")),
         # When the cost figures were computed and the hour their windows end at.
         "costs_as_of": usage.computed_at, "costs_end": windows.floor_hour(cnow),
         "end_hour": windows.floor_hour(now),
     }
 
 
+def month_window(team: Team, now: dt.datetime) -> windows.Window | None:
+    """This calendar month in the team's time zone so far (whole finished hours, as its report
+    counts them); None in its first hour, before any hour of it has finished."""
+    month = windows.month_containing(now, team.time_zone)
+    if windows.floor_hour(now) <= month.start:
+        return None
+    return windows.so_far(month, now)
+
+
+def _month_kpis(team: Team, month: windows.Window | None) -> dict:
+    if month is None:
+        return {}
+    return kpi_queries.kpis(team, None, month.start, month.end, Period.HOUR,
+                            kpi_queries.rows_by_day(team, None, month.start, month.end))
+
+
 def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None,
-                  month_kpis: dict | None = None) -> dict:
+                  month_kpis: dict | None = None, coverage: dict | None = None) -> dict:
     """This calendar month (in the team's time zone) so far: cost (priced hosts), IT energy,
     carbon, inferences. `month_kpis`: kpi_figures' "month", when the caller has it."""
+    w = month_window(team, now)
     month = windows.month_containing(now, team.time_zone)
-    start = month.start
-    k = month_kpis
-    if k is None:
-        end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
-        k = kpi_queries.kpis(team, None, start, end, Period.HOUR,
-                             kpi_queries.rows_by_day(team, None, start, end))
+    k = month_kpis if month_kpis is not None else _month_kpis(team, w)
     costs, missing = _month_costs(team, (usage.now if usage else None) or now, usage)
-    return {"start": start, "label": month.label,
+    return {"start": month.start, "end": w.end if w else month.start,
+            "label": w.label if w else month.label,
+            "text": w.text if w else f"{month.label}: no hour finished yet",
+            "month": f"{month.start.astimezone(windows.time_zone(month.tz)):%Y-%m}",
             "cost_usd": costs["priced_cost_usd"], "unpriced": missing,
             "energy_kwh": k.get("energy_kwh"), "co2e_kg": k.get("co2e_kg"),
-            "requests": k.get("requests")}
+            "requests": k.get("requests"),
+            "coverage": coverage or (kpi_queries.host_hours(team, w.start, w.end) if w
+                                     else {"text": ""})}
 
 
 def _month_costs(team: Team, now: dt.datetime, usage: Usage | None = None
                  ) -> tuple[dict, Unpriced]:
     """Cost of this calendar month so far: accounting counts whole hours up to the start of
-    the current one."""
-    start = windows.month_containing(now, team.time_zone).start
-    days = max((now.replace(minute=0, second=0, microsecond=0) - start).total_seconds(), 0)
+    the current one (windows.lookback), the window month_window prints."""
+    w = month_window(team, now)
+    days = (w.end - w.start).total_seconds() if w is not None else 0
     if not days:  # the month's first hour: no whole hour finished yet, so nothing billed yet
         return ({"total_cost_usd": 0.0, "priced_cost_usd": 0.0, "idle_cost_usd": 0.0,
                  "idle_threshold_pct": accounting.IDLE_UTIL_PCT}, Unpriced())
@@ -406,7 +438,7 @@ def daily_by_workload(team: Team, range_key: str, now: dt.datetime | None = None
     now = now or timezone.now()
     key = kpi_range(range_key)
     span = max(kpi_queries.RANGES[key].span, MIN_DAILY_SPAN)
-    end = now.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
+    end = windows.floor_day(now) + dt.timedelta(days=1)
     start = end - span
     rows = KpiRollup.objects.filter(team=team, period=Period.DAY, bucket__gte=start,
                                     bucket__lt=end)

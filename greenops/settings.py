@@ -252,6 +252,9 @@ ENROLL_TOKEN_TTL_MINUTES = envint("ENROLL_TOKEN_TTL_MINUTES", 60)
 # average one avoids under-reporting. Hyperscale cloud regions run nearer 1.1-1.2 (AWS 1.15,
 # Google 1.10 fleet-wide in 2023): give such hosts a site with that PUE.
 GREENOPS_DEFAULT_PUE = envfloat("GREENOPS_DEFAULT_PUE", 1.56)
+# A change between two periods is shown only when both measured at least this share of their
+# host-hours; below it the change is flagged, not printed as a bare percentage (issue 29).
+GREENOPS_COMPARE_MIN_COVERAGE = envfloat("GREENOPS_COMPARE_MIN_COVERAGE", 0.9)
 
 # --- Costs ---------------------------------------------------------------------------------
 # Regions whose spot prices the refresh asks for (comma-separated); empty: every region with a

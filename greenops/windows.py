@@ -2,13 +2,22 @@
 
 A Window carries its start and its end ([start, end), aware, UTC) and a label, so every figure
 computed over it can say which period it covers and how much of it has passed or was measured.
-Windows come from four places:
+Windows come from five places:
 
-- a named range ("day", "week", ...) ending at the end of the current step (minute, hour or
-  day: whatever the page's rollup resolution is), `named()`;
+- a period figure's named range ("day", "week", ...): whole finished hours ending at the start of
+  the current hour, `period()`. Every figure that covers a period (home cards, the KPI page and
+  API, the advisor, recommendations, reports) takes this window, so the same label is the same
+  [start, end) and the same number everywhere;
+- a live chart's named range ending at the end of the current step (minute, hour or day:
+  whatever the chart's rollup resolution is), `named()`: charts show the still filling bucket,
+  figures never do;
 - a lookback of whole finished hours (costs' 7/30/60 days), `lookback()`;
 - a custom start/end typed by a user, validated with the field named, `custom()`;
-- a calendar month in a team's time zone (reports), `calendar_month()` / `parse_month()`.
+- a calendar month in a team's time zone (reports), `calendar_month()` / `parse_month()`,
+  cut at the start of the current hour while it is running (`so_far()`).
+
+Every window prints itself (`Window.text`): "30 days to 4 Dec 2026 14:00 UTC",
+"1–30 Nov 2026, Europe/Paris", "1 Dec 2026 – 4 Dec 14:00, Europe/Paris (so far)".
 
 Which rollup resolution serves a named range is decided by the app that owns the rollups
 (telemetry.queries, kpis.queries); this module owns only time.
@@ -74,6 +83,8 @@ class Window:
     end: dt.datetime
     label: str = ""
     key: str = "custom"
+    tz: str = "UTC"  # the zone the window is printed in (a team's, for calendar months)
+    so_far: bool = False  # a running calendar month cut at the start of the current hour
 
     def __post_init__(self) -> None:
         if self.start.tzinfo is None or self.end.tzinfo is None:
@@ -116,9 +127,49 @@ class Window:
     def coverage(self, measured_s: float | None) -> dict:
         return coverage(measured_s, self.span_s)
 
+    @property
+    def text(self) -> str:
+        """The window as every surface prints it (cards, pages, API, CSV, PDF)."""
+        return describe(self)
+
     def as_dict(self) -> dict:
         return {"key": self.key, "label": self.label, "start": self.start.isoformat(),
-                "end": self.end.isoformat(), "span_s": self.span_s}
+                "end": self.end.isoformat(), "span_s": self.span_s, "text": self.text,
+                "time_zone": self.tz, "so_far": self.so_far}
+
+
+def _day_month(t: dt.datetime) -> str:
+    return f"{t.day} {t:%b %Y}"
+
+
+def span_words(span: dt.timedelta) -> str:
+    """30 days -> "30 days", 24 h -> "24 hours", 1 h -> "1 hour"."""
+    s = span.total_seconds()
+    if s >= 2 * 86400 and s % 86400 == 0:
+        n, unit = int(s // 86400), "day"
+    elif s % 3600 == 0:
+        n, unit = int(s // 3600), "hour"
+    else:
+        n, unit = int(s // 60), "minute"
+    return f"{n} {unit}{'' if n == 1 else 's'}"
+
+
+def describe(w: Window) -> str:
+    """"1–30 Nov 2026, Europe/Paris" for a calendar month (its local days), "1 Dec 2026 –
+    4 Dec 14:00, Europe/Paris (so far)" for a running one, "30 days to 4 Dec 2026 14:00 UTC"
+    for a named range, "2026-11-01 00:00 to 2026-11-05 00:00 UTC" otherwise."""
+    zone = ZoneInfo(w.tz) if w.tz in time_zone_names() else dt.UTC
+    lo, hi = w.start.astimezone(zone), w.end.astimezone(zone)
+    if w.key.startswith("month-") and len(w.key) == len("month-2026-11"):
+        if w.so_far:
+            return f"{_day_month(lo)} – {hi.day} {hi:%b %H:%M}, {w.tz} (so far)"
+        last = (w.end - dt.timedelta(microseconds=1)).astimezone(zone)
+        if (lo.year, lo.month) == (last.year, last.month):
+            return f"{lo.day}–{last.day} {last:%b %Y}, {w.tz}"
+        return f"{_day_month(lo)} – {_day_month(last)}, {w.tz}"
+    if w.key != "custom":  # named ranges, lookbacks and the periods before them
+        return f"{span_words(w.span)} to {_day_month(hi)} {hi:%H:%M} {w.tz}"
+    return f"{lo:%Y-%m-%d %H:%M} to {hi:%Y-%m-%d %H:%M} {w.tz}"
 
 
 def coverage(measured_s: float | None, period_s: float) -> dict:
@@ -203,10 +254,19 @@ def range_from_request(request: HttpRequest, allowed: Iterable[str] = RANGES,
 
 
 def named(key: str, now: dt.datetime | None = None, step: dt.timedelta = MINUTE) -> Window:
-    """The range `key` ending at the end of the current `step` (so the newest, still filling
-    bucket is included)."""
+    """A live chart's range `key` ending at the end of the current `step` (so the newest,
+    still filling bucket is drawn). Figures take `period()` instead."""
     r = RANGES[key]
     end = floor(now or timezone.now(), step) + step
+    return Window(end - r.span, end, r.label, key)
+
+
+def period(key: str, now: dt.datetime | None = None) -> Window:
+    """The period of every figure named `key`: its span of whole finished hours, ending at the
+    start of the current hour. The cost model bills whole hours and the KPI rollups are hourly,
+    so every surface reading this window reads the same rows and prints the same [start, end)."""
+    r = RANGES[key]
+    end = floor_hour(now or timezone.now())
     return Window(end - r.span, end, r.label, key)
 
 
@@ -294,7 +354,8 @@ def calendar_month(year: int, month: int, tz_name: str = "UTC") -> Window:
     tz = time_zone(tz_name)
     start = dt.datetime(year, month, 1, tzinfo=tz)
     nxt = dt.datetime(year + month // 12, month % 12 + 1, 1, tzinfo=tz)
-    return Window(start, nxt, f"{start:%B %Y} ({tz_name})", f"month-{year:04d}-{month:02d}")
+    return Window(start, nxt, f"{start:%B %Y} ({tz_name})", f"month-{year:04d}-{month:02d}",
+                  tz_name)
 
 
 def month_containing(t: dt.datetime, tz_name: str = "UTC") -> Window:
@@ -365,3 +426,15 @@ def calendar_so_far(unit: str, now: dt.datetime, tz_name: str = "UTC",
     so_far = Window(period.start, end, f"{period.label} so far", f"{period.key}-so-far") \
         if end > period.start else None
     return CalendarSoFar(period, so_far)
+
+
+def so_far(w: Window, now: dt.datetime | None = None, field: str = "month") -> Window:
+    """A period cut at the start of the current hour: a closed month stays whole, the running
+    month becomes "so far" (whole finished hours, as every figure counts them); a month that
+    has not started (or whose first hour has not finished) is a 422 naming the field."""
+    end = floor_hour(now or timezone.now())
+    if w.end <= end:
+        return w
+    if end <= w.start:
+        raise invalid(field, "has no finished hour yet: pick a month that has started")
+    return Window(w.start, end, f"{w.label} so far", w.key, w.tz, so_far=True)

@@ -29,7 +29,8 @@ def profile_batch(util: float, mem_util: float | None, throttle: int | None,
     is (n_min - 1) intervals x 60 s x (200 + 10 g) W (the first sample has no interval).
     `power` overrides the reported power only (the energy columns stay make_batch's);
     `extra` adds columns at one value each (DCGM's profiling fields, as the agent joins them)."""
-    start = (time.time() // 60) * 60 - n_min * 60 if start is None else start
+    # By default in the last finished hour: figures count whole finished hours (windows.period).
+    start = (time.time() // 3600) * 3600 - 3600 if start is None else start
     doc = make_batch(n_per_gpu=n_min, gpus=range(gpus), start=start, step=60.0)
     cols = doc["samples"]
     n = len(cols["ts"])

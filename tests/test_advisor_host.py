@@ -33,7 +33,7 @@ def loader(team, client, post_batch):
     host, token = make_host(team, name="trainer-1", gpus=4)
     wl = Workload.objects.create(team=team, name="Trainer", slug="trainer", kind="training")
     wl.hosts.add(host)
-    start = (time.time() // 60) * 60 - 30 * 60
+    start = (time.time() // 3600) * 3600 - 3600  # in the last finished hour
     assert post_batch(token, profile_batch(util=40.0, mem_util=30.0, throttle=0x0,
                                            start=start)).status_code == 202
 

@@ -151,7 +151,9 @@ def test_page_shows_stale_prices_and_price_problems(client, users, team):
     html = client.get(f"/teams/{team.slug}/costs/?lookback=7").content.decode()
     assert "stale" in html and "as of 2025-06-01" in html
     assert "&#x27;p9.mega&#x27; is not in the aws price catalog" in html
-    assert "no total" in html  # a host without a price means no total is shown
+    # A host without a price: no total, the priced hosts' cost shown as a lower bound.
+    assert "1 host unpriced: the total is at least" in html
+    assert f"≥ ${24 * 23.71569:,.2f}" in html
     body = client.get(f"/api/v1/teams/{team.slug}/costs?lookback=7").json()
     assert body["total_cost_usd"] is None
     assert body["priced_cost_usd"] == pytest.approx(24 * 23.71569)

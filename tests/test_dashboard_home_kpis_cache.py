@@ -30,30 +30,34 @@ def kpi_queries(queries) -> int:
 
 
 def test_kept_until_the_rollup_writer_changes_a_row(db, team, django_capture_on_commit_callbacks):
-    """The 30-day cards read day rows: none at first, then rollup_day merges the 29th's 24
-    hours of 1 kWh into its day row -- the next view shows 24 kWh, the views between read no
-    KPI rollup at all."""
+    """The 30-day cards read the 29th's 24 hour rows of 1 kWh (no day row yet): 24 kWh. Rows
+    written by hand for the 28th (not through the writer) are not seen -- the views between
+    read no KPI rollup at all -- until rollup_day, the one writer, merges the 28th's hours into
+    its day row: the next view shows 48 kWh."""
     from dashboards import headline
     from greenops.kpis import rollup
 
     hour_rows(team, DAY, 3.6e6)
     first = headline.page_figures(team, "month", NOW)[1]
     assert first == headline.kpi_figures(team, "month", NOW)
-    assert not first["overview"]["current"].get("energy_kwh")  # no day row yet
+    assert first["overview"]["current"]["energy_kwh"] == pytest.approx(24.0)
+    before = DAY - dt.timedelta(days=1)
+    hour_rows(team, before, 3.6e6)
     with CaptureQueriesContext(connection) as queries:
         assert headline.page_figures(team, "month", NOW)[1] == first
     assert kpi_queries(queries) == 0
     with django_capture_on_commit_callbacks(execute=True):
-        rollup.rollup_day(team, DAY)  # the one writer: the generation moves once committed
+        rollup.rollup_day(team, before)  # the one writer: the generation moves once committed
     after = headline.page_figures(team, "month", NOW)[1]
-    assert after["overview"]["current"]["energy_kwh"] == pytest.approx(24.0)
+    assert after["overview"]["current"]["energy_kwh"] == pytest.approx(48.0)
     assert after == headline.kpi_figures(team, "month", NOW)
-    # Deleting through the writer moves it too: the 29th's hours gone, its day row goes.
+    # Deleting through the writer moves it too: the hours gone, the day rows go.
     from greenops.kpis.models import KpiRollup, Period
 
     KpiRollup.objects.filter(team=team, period=Period.HOUR).delete()
     with django_capture_on_commit_callbacks(execute=True):
         rollup.rollup_day(team, DAY)
+        rollup.rollup_day(team, before)
     assert not headline.page_figures(team, "month", NOW)[1]["overview"]["current"].get("energy_kwh")
 
 
@@ -106,13 +110,16 @@ def test_home_shows_the_new_figures_after_a_rollup(client, users, team,
     hour_rows(team, DAY, 3.6e6)
     client.force_login(users["member"])
     url = f"/teams/{team.slug}/?range=month"
+    before = DAY - dt.timedelta(days=1)
     with mock.patch("django.utils.timezone.now", return_value=NOW):
         html = client.get(url).content.decode()
-        assert 'data-kpi="energy_kwh">24.00 kWh' not in html  # no day row yet
+        assert 'data-kpi="energy_kwh">24.00 kWh' in html  # the 29th's hours
+        hour_rows(team, before, 3.6e6)  # by hand: not seen until the writer runs
+        assert 'data-kpi="energy_kwh">24.00 kWh' in client.get(url).content.decode()
         with django_capture_on_commit_callbacks(execute=True):
-            rollup.rollup_day(team, DAY)
+            rollup.rollup_day(team, before)
         html = client.get(url).content.decode()
-    assert 'data-kpi="energy_kwh">24.00 kWh' in html
+    assert 'data-kpi="energy_kwh">48.00 kWh' in html
 
 
 def test_a_cache_that_is_down_does_not_fail_the_rollup(db, team, monkeypatch,

@@ -63,9 +63,9 @@ def test_pages_that_queue_a_task_still_answer_with_the_broker_down(
     """An invitation's mail and a report are rows first; a broker that refuses the message
     (kombu's OperationalError, as a stopped Redis gives) leaves the row for its sweep."""
     import kombu.exceptions
-    from greenops.reports.figures import Month
 
     from greenops.reports import generate
+    from greenops.reports.month_figures import Month
     from greenops.reports.tasks import generate_report
     from greenops.teams import invitations
     from greenops.teams.models import Invitation

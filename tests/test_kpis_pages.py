@@ -16,8 +16,9 @@ from tests.test_kpis_measure import add_gpu_hour, add_windows, stand_in_factors
 
 @pytest.fixture
 def live_data(team):
-    """One busy hour (the current one) for an inference workload on host A, rolled up."""
-    hour = windows.floor_hour(timezone.now())
+    """One busy hour (the last finished one: figures count whole finished hours) for an
+    inference workload on host A, rolled up."""
+    hour = windows.floor_hour(timezone.now()) - dt.timedelta(hours=1)
     host, _ = make_host(team, "A", gpus=1)
     gpu = host.gpus.get()
     add_gpu_hour(gpu, hour, 3_600_000, 40.0, 10, simulated=True)
@@ -153,7 +154,7 @@ def test_change_is_not_shown_against_a_partly_measured_previous_period(team):
 
 
 def test_kpi_api_takes_any_window(client, users, team, live_data):
-    hour = windows.floor_hour(timezone.now())
+    hour = windows.floor_hour(timezone.now()) - dt.timedelta(hours=1)  # live_data's hour
     client.force_login(users["member"])
     start = (hour + dt.timedelta(minutes=20)).isoformat()
     end = (hour + dt.timedelta(minutes=40)).isoformat()
@@ -182,7 +183,6 @@ def test_workload_page_says_when_its_gpus_are_shared(client, users, team, live_d
 
 def test_workload_page_shows_prometheus_percentiles_timings_and_tokens(client, users, team):
     """vLLM /metrics -> agent window -> intake -> hourly rollup -> page, figures by hand."""
-    import time as _time
     from pathlib import Path
 
     from collectors.scrape import TargetScraper, parse_target
@@ -193,7 +193,8 @@ def test_workload_page_shows_prometheus_percentiles_timings_and_tokens(client, u
     target = parse_target({"url": "http://vllm:8000/metrics", "kind": "vllm",
                            "workload": "chat"}, "scrape[0]")
     scraper = TargetScraper(target, lambda url, timeout: (data / next(pages)).read_text())
-    end = _time.time() - 5
+    # In the last finished hour: figures count whole finished hours (windows.period).
+    end = windows.floor_hour(timezone.now()).timestamp() - 1800
     assert scraper.scrape(end - 15) is None
     window = scraper.scrape(end)
     Workload.objects.create(team=team, name="Chat", kind="inference")

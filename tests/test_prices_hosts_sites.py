@@ -48,7 +48,7 @@ def test_a_price_override_fills_a_blank_team_cost(client, users, team):
     _ran(host, 5)
     assert _total(team) is None  # one unpriced host blanks the total
     client.force_login(users["owner"])
-    assert "1 host without a price (40 GPU-hours)" in client.get(
+    assert "1 host unpriced (40 GPU-hours without a price)" in client.get(
         f"/teams/{team.slug}/").content.decode()
     r = client.post(f"/teams/{team.slug}/costs/prices/new", {
         "kind": "hourly", "instance_type": "gpu_8x_h100_sxm5", "purchase_option": "on_demand",

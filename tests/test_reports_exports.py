@@ -10,10 +10,10 @@ import io
 import time
 
 import pytest
-from greenops.reports.figures import Month
 from pypdf import PdfReader
 
-from greenops.reports import csv_writer, figures, pdf_writer
+from greenops.reports import csv_writer, month_figures, pdf_writer
+from greenops.reports.month_figures import Month
 
 NAMES = ["Équipe Ærø façade", "Ομάδα Δέλτα", "Команда Альфа", "視覚チーム", "한국어 팀",
          "数据中心"]
@@ -27,9 +27,9 @@ def _text(pdf: bytes) -> str:
 
 
 def _fig_with_hosts(team, names: list[str]) -> dict:
-    """A real month's figures (figures.month_figures) with one host row per name, copied
+    """A real month's figures (month_figures.month_figures) with one host row per name, copied
     from the shape the report writes for a host (costs and energies unknown: null)."""
-    fig = figures.month_figures(team, Month(2026, 8))
+    fig = month_figures.month_figures(team, Month(2026, 8))
     row = {"host": "", "provider": "aws", "region": "eu-west-3", "instance_type": "p4d.24xlarge",
            "purchase_option": "on_demand", "scope": "Scope 3 (cat. 1, cloud)", "site": "",
            "gpu_energy_kwh": 1.25, "cpu_ram_energy_kwh": None, "energy_kwh": 1.25,

@@ -139,3 +139,13 @@ def host_rows(team_slug: str, hosts: list[dict]) -> str:
             f'<td class="wide-only">{html.escape(h["agent_version"] or "–")}</td>'
             f'<td{title}>{ago(seen, now)}</td></tr>')
     return mark_safe("\n".join(rows))  # every database text above escaped
+
+
+@register.filter
+def span_words(seconds: float | int | None) -> str:
+    """A window's length as the window prints it: 2592000 -> "30 days", 3600 -> "1 hour"."""
+    from greenops.windows import span_words as words
+
+    if seconds in (None, ""):
+        return ""
+    return words(dt.timedelta(seconds=float(seconds)))

@@ -342,5 +342,5 @@ def _no_throttle(p: Profile) -> Profile:
     return replace(p, power_capped_share=None, thermal_share=None)
 
 def window(range_key: str, now: dt.datetime | None = None) -> windows.Window:
-    """The named range ending at the end of the current hour (whole hour rollups)."""
-    return windows.named(range_key, now, windows.HOUR)
+    """The figures' period (windows.period): whole finished hours, as every page counts."""
+    return windows.period(range_key, now)

@@ -102,6 +102,17 @@ def carbon_for_energy(it_energy_j: float, factors: SiteFactors) -> Carbon:
     )
 
 
+def effect_of_it_kwh(it_kwh: float, pue: float, intensity_g_per_kwh: float | None
+                     ) -> tuple[float, float | None]:
+    """(facility kWh, kg CO2e or None) of a change of `it_kwh` in IT energy, through
+    carbon_for_energy: recommendations estimate an energy change and state its carbon with the
+    same formula (PUE applied once, here) as every measured figure. CO2e is None where no grid
+    intensity is known."""
+    c = carbon_for_energy(it_kwh * J_PER_KWH, SiteFactors(pue, "", intensity_g_per_kwh or 0.0,
+                                                          ""))
+    return c.facility_energy_kwh, None if intensity_g_per_kwh is None else c.co2e_g / 1000
+
+
 # The factors in force for a host in a given hour.
 FactorsFor = Callable[[Host, dt.datetime], SiteFactors]
 

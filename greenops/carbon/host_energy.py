@@ -32,6 +32,7 @@ from greenops.telemetry.wire import (
     sample_columns,
     text_field,
 )
+from greenops.windows import floor_hour
 
 SOURCES = ("codecarbon", "simulated")
 TRACKING_MODES = ("machine", "process")
@@ -125,9 +126,8 @@ def store(host: Host, batch: HostEnergyBatch) -> int:
         HostEnergySample.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
         inserted = in_range.count() - before
         if inserted:
-            start = lo.replace(minute=0, second=0, microsecond=0)
-            recompute_hours(host, start, hi.replace(minute=0, second=0, microsecond=0)
-                            + dt.timedelta(hours=1))
+            start = floor_hour(lo)
+            recompute_hours(host, start, floor_hour(hi) + dt.timedelta(hours=1))
             if late.is_late(lo):
                 late.mark(host.team_id, lo, hi)
     return inserted

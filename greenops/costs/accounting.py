@@ -494,6 +494,7 @@ def team_costs(tu: TeamUsage, idle_threshold_pct: float = IDLE_UTIL_PCT) -> dict
         "lookback_days": tu.lookback_days,
         "start": tu.start.isoformat(),
         "end": tu.end.isoformat(),
+        "window_text": windows.lookback(tu.lookback_days, tu.end).text,
         "method": "host-hours the host ran (any GPU reporting) x the price of its purchase "
                   "option in force in each hour; commitments and owned hardware billed for "
                   "every hour of the window the host existed; on premises plus electricity "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from greenops.carbon.accounting import effect_of_it_kwh
 from greenops.costs.models import HOURS_PER_MONTH, INTERRUPTION_BANDS
 
 RESTART_MIN = 10.0  # time to get a replacement spot instance running and reload a checkpoint
@@ -30,8 +31,10 @@ class Recommendation:
     detail: dict = field(default_factory=dict)
 
 
-def co2e_kg(kwh: float, intensity_g_per_kwh: float | None) -> float | None:
-    return None if intensity_g_per_kwh is None else kwh * intensity_g_per_kwh / 1000.0
+def facility_effect(it_kwh: float, pue: float, intensity_g_per_kwh: float | None
+                    ) -> tuple[float, float | None]:
+    """(facility kWh, kg CO2e) of an IT-energy change: the carbon app's formula, PUE once."""
+    return effect_of_it_kwh(it_kwh, pue, intensity_g_per_kwh)
 
 
 @dataclass(frozen=True)
@@ -135,9 +138,11 @@ class WorkloadTraits:
 
 def spot_fit(w: WorkloadTraits, on_demand_usd_per_hour: float, spot_usd_per_hour: float | None,
              band: str, instance_hours_per_month: float, kwh_per_month: float,
-             intensity_g_per_kwh: float | None) -> Recommendation | None:
+             intensity_g_per_kwh: float | None, pue: float = 1.0) -> Recommendation | None:
     """Spot for interruptible work, net of the work redone after interruptions; on-demand for
-    latency-critical serving. None when the workload says nothing either way."""
+    latency-critical serving. None when the workload says nothing either way. `kwh_per_month`
+    is IT energy; the redone work's facility energy and CO2e come from the carbon app's formula
+    with `pue` (1.0: the caller passed facility energy)."""
     od_monthly = on_demand_usd_per_hour * instance_hours_per_month
     if w.latency_critical:
         return Recommendation(
@@ -169,7 +174,7 @@ def spot_fit(w: WorkloadTraits, on_demand_usd_per_hour: float, spot_usd_per_hour
     overhead = spot_overhead(used_band, w.checkpoint_interval_min or 0)
     effective = spot_usd_per_hour * (1 + overhead)
     saved = (on_demand_usd_per_hour - effective) * instance_hours_per_month
-    extra_kwh = overhead * kwh_per_month
+    extra_kwh, extra_co2e = facility_effect(overhead * kwh_per_month, pue, intensity_g_per_kwh)
     risk = {"<5%": "low", "5-10%": "low", "10-15%": "medium"}.get(used_band, "high")
     lost = (f"half a {w.checkpoint_interval_min}-minute checkpoint interval"
             if w.checkpoint_interval_min else "the batch items in flight")
@@ -190,7 +195,7 @@ def spot_fit(w: WorkloadTraits, on_demand_usd_per_hour: float, spot_usd_per_hour
         )
     return Recommendation(
         "spot", w.name, f"Run {w.name} on spot", saved, saved / od_monthly * 100 if od_monthly
-        else 0.0, risk, extra_kwh, co2e_kg(extra_kwh, intensity_g_per_kwh),
+        else 0.0, risk, extra_kwh, extra_co2e,
         f"{w.name} can be interrupted. Spot at ${spot_usd_per_hour:.4f}/h against "
         f"${on_demand_usd_per_hour:.4f}/h on-demand; with interruption band {used_band}"
         f"{'' if band_known else ASSUMED_BAND} each "
@@ -206,13 +211,13 @@ def stop_idle(host: str, option: str, host_usd_per_hour: float | None, gpu_count
     """Every GPU of the host under the idle threshold for each of the last `idle_hours` hours.
     Stopping saves the hours the host actually runs (`instance_hours_per_month`, measured and
     scaled to a month), not a full month; `idle_kw` is the measured draw of its GPUs."""
-    kwh = -idle_kw * instance_hours_per_month * pue
+    kwh, co2e = facility_effect(-idle_kw * instance_hours_per_month, pue, intensity_g_per_kwh)
     # A commitment is paid whether the host runs or not: stopping saves energy, not dollars.
     pays_per_hour = option in ("on_demand", "spot")
     saved = (host_usd_per_hour or 0.0) * instance_hours_per_month if pays_per_hour else 0.0
     return Recommendation(
         "stop_idle", host, f"Stop {host}: its GPUs have been idle for {idle_hours} hours",
-        saved, 100.0 if saved else 0.0, "low", kwh, co2e_kg(kwh, intensity_g_per_kwh),
+        saved, 100.0 if saved else 0.0, "low", kwh, co2e,
         f"All {gpu_count} GPU(s) of {host} stayed under the idle threshold for the last "
         f"{idle_hours} hours while drawing {idle_kw * 1000:.0f} W; it runs about "
         f"{instance_hours_per_month:.0f} h a month."
@@ -260,7 +265,7 @@ def consolidate(subject: str, option: str, hosts: list[HostLoad], pue: float,
         saved = sum(h.usd_per_hour * h.hours_per_month for h in freed) if pays_per_hour else 0.0
         # The GPUs switched off are the idle capacity that disappears, at the measured idle draw.
         kw_per_idle_gpu = sum(h.idle_kw for h in hosts) / idle_gpus
-        kwh = -sum(kw_per_idle_gpu * h.gpu_count * h.hours_per_month for h in freed) * pue
+        it_kwh = -sum(kw_per_idle_gpu * h.gpu_count * h.hours_per_month for h in freed)
         freed_names = ", ".join(h.name for h in freed)
         title = (f"Consolidate workloads onto fewer hosts: free {len(freed)} of {len(hosts)} "
                  f"({subject})")
@@ -270,17 +275,17 @@ def consolidate(subject: str, option: str, hosts: list[HostLoad], pue: float,
             why += (" These hosts are on a commitment, so stopping one saves energy and CO2e "
                     "but not dollars until the commitment ends.")
     else:
-        saved, kwh = 0.0, -sum(h.idle_kw * h.hours_per_month for h in hosts) * pue
+        saved, it_kwh = 0.0, -sum(h.idle_kw * h.hours_per_month for h in hosts)
         title = f"Consolidate workloads onto fewer hosts ({subject})"
         why = (f"{idle_gpus} GPU(s) on {names} stayed idle for days, but the busy GPUs need "
                "every host and no smaller instance of this GPU family in the catalog fits the "
                "work, so no dollars are claimed: the instance is billed whole. The energy "
                "figure is the idle GPUs' measured draw, put to use by moving work from other "
                "hosts onto them.")
+    kwh, co2e = facility_effect(it_kwh, pue, intensity_g_per_kwh)
     return Recommendation(
         "consolidate", subject, title, saved,
-        saved / total_usd * 100 if saved and total_usd else 0.0, risk, kwh,
-        co2e_kg(kwh, intensity_g_per_kwh), why,
+        saved / total_usd * 100 if saved and total_usd else 0.0, risk, kwh, co2e, why,
         detail={"hosts": [h.name for h in hosts], "freed": [h.name for h in freed],
                 "busy_gpus": busy, "idle_gpus": idle_gpus},
     )
@@ -320,11 +325,12 @@ def rightsize(host: str, current: InstanceOffer, used_gpus: int, peak_mem_gib: f
     best = min(fits, key=lambda c: (c.usd_per_hour, c.name))
     saved = (current.usd_per_hour - best.usd_per_hour) * instance_hours_per_month
     removed = max(0, current.gpu_count - best.gpu_count)
-    kwh = -unused_gpu_kw * HOURS_PER_MONTH * pue if removed else 0.0
+    kwh, co2e = facility_effect(-unused_gpu_kw * HOURS_PER_MONTH if removed else 0.0, pue,
+                                intensity_g_per_kwh)
     return Recommendation(
         "rightsize", host, f"Move {host} from {current.name} to {best.name}", saved,
         (current.usd_per_hour - best.usd_per_hour) / current.usd_per_hour * 100, "medium", kwh,
-        co2e_kg(kwh, intensity_g_per_kwh),
+        co2e,
         f"{host} used {used_gpus} of {current.gpu_count} {current.gpu_model} GPU(s), peaking at "
         f"{peak_mem_gib:.1f} GiB; {best.name} has {best.gpu_count} x {best.gpu_model} with "
         f"{best.gpu_memory_gib:.0f} GiB each (20% headroom kept) at ${best.usd_per_hour:.4f}/h "

@@ -255,10 +255,10 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
             p, i, carbon = carbon_factors(hosts[0].host, pue, intensity)
             month = to_month(tu, [h.host for h in hosts])
             hours = sum(h.running_hours * share[h.host.id] for h in hosts) * month
-            kwh = sum(h.energy_kwh * share[h.host.id] for h in hosts) * month * p
+            it_kwh = sum(h.energy_kwh * share[h.host.id] for h in hosts) * month
             spot_usd, spot_at, spot_what = spot_used(spot) if spot else (None, "", "")
             r = rec.spot_fit(traits, float(od.usd_per_hour), spot_usd,
-                             spot.interruption_band if spot else "", hours, kwh, i)
+                             spot.interruption_band if spot else "", hours, it_kwh, i, pue=p)
             if r is None:
                 continue
             if spot is not None and r.kind == "spot":
@@ -399,6 +399,7 @@ def team_recommendations(team: Team, lookback_days: int, now: dt.datetime | None
         "lookback_days": lookback_days,
         "start": tu.start.isoformat(),
         "end": tu.end.isoformat(),
+        "window_text": windows.lookback(tu.lookback_days, tu.end).text,
         "method": "estimate from measured GPU-hour rollups and catalog prices",
         # Commitments use the lookback (and need 30 days of it); the other savings always use
         # the latest BASIS_DAYS, so they do not swing with the lookback.

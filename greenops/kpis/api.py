@@ -65,11 +65,17 @@ def post_inference(request: HttpRequest):
 @router.get("/teams/{slug}/kpis", auth=team_auth, response={200: dict},
             summary="KPIs of a team or one of its workloads, with the previous period")
 def get_kpis(request: HttpRequest, slug: str, range: str = "day", workload: str = "",
-             start: str = "", end: str = ""):
-    """`range` picks a preset; `start` and `end` (ISO 8601) ask for any other window, which is
-    widened to whole hours (whole days beyond 31 days) because rollups are hourly and daily."""
+             start: str = "", end: str = "", month: str = ""):
+    """`range` picks a named period (whole finished hours to the start of this hour); `month`
+    (YYYY-MM) a calendar month in the team's time zone, so far while it runs (the window its
+    report covers); `start` and `end` (ISO 8601) any other window, widened to whole hours
+    because rollups are hourly. `window` says which [start, end) was counted."""
     team = authorize_caller(request, slug, "team.view")
     wl = get_object_or_404(Workload, team=team, slug=workload) if workload else None
+    if month:
+        w = queries.month_window(team, month)
+        return Status(200, {"team": team.slug, "workload": workload or None,
+                            **queries.window_overview(team, wl, w)})
     if start or end:
         w = windows.custom(start, end)
         return Status(200, {"team": team.slug, "workload": workload or None,

@@ -43,6 +43,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from greenops.quantiles import histogram_quantile
+
 # The fixed layout of collectors/client.py and of rows stored before source bounds were kept.
 BUCKETS_PER_DECADE = 20
 BOUNDS_MS: tuple[float, ...] = tuple(
@@ -51,8 +53,6 @@ BOUNDS_MS: tuple[float, ...] = tuple(
 OVERFLOW = len(BOUNDS_MS)
 # Bounds that went through a unit conversion (0.3 s -> 300.00000000000006 ms) are one bound.
 _SAME_BOUND = 1e-9
-# promql/quantile.go: correctPrecisionErrors(buckets, 1e-12)
-_PRECISION = 1e-12
 
 
 @dataclass(frozen=True)
@@ -175,36 +175,7 @@ def above_bounds(h: Mapping | Histogram | None, q: float) -> bool:
 
 
 def quantile_ms(h: Mapping | Histogram | None, q: float) -> float | None:
-    """Prometheus' histogram_quantile(q) in ms; None where it gives NaN (no observations)."""
-    if not 0 <= q <= 1:
-        raise ValueError("q must be in [0, 1]")
+    """Prometheus' histogram_quantile(q) in ms (greenops.quantiles, the one owner of the
+    rule); None where it gives NaN (no observations)."""
     h = parse(h)
-    bounds = [*h.le_ms, math.inf]
-    counts = list(h.cumulative)
-    if len(bounds) < 2 or not counts or counts[-1] <= 0:
-        return None
-    # correctPrecisionErrors, then ensureMonotonic, in that order as in quantile.go.
-    prev = counts[0]
-    for i in range(1, len(counts)):
-        delta = abs(counts[i] - prev)
-        if delta == 0:
-            continue
-        if delta / counts[i] <= _PRECISION:
-            counts[i] = prev
-        else:
-            prev = counts[i]
-    highest = counts[0]
-    for i in range(1, len(counts)):
-        highest = counts[i] = max(highest, counts[i])
-    rank = q * counts[-1]
-    b = bisect.bisect_left(counts, rank, 0, len(counts) - 1)  # sort.Search over len-1 buckets
-    if b == len(counts) - 1:
-        return bounds[-2]  # in the +Inf bucket: the highest finite bound
-    start, count = 0.0, counts[b]
-    if b > 0:
-        start = bounds[b - 1]
-        count -= counts[b - 1]
-        rank -= counts[b - 1]
-    if count == 0:
-        return None  # q = 0 over an empty lowest bucket: 0/0, NaN in Prometheus too
-    return start + (bounds[b] - start) * (rank / count)
+    return histogram_quantile(q, [*h.le_ms, math.inf], h.cumulative)

@@ -164,7 +164,7 @@ def derive(t: Totals, period_s: float) -> dict:
     inf_energy_j, inf_co2e_g, inf_cost_usd = t.inference_figures()
     measured_s = t.measured_s
     cover = windows.coverage(measured_s, period_s)
-    return {
+    k = {
         "measured_s": measured_s,
         "period_s": period_s,
         "coverage": cover["text"],
@@ -212,7 +212,47 @@ def derive(t: Totals, period_s: float) -> dict:
                                      t.tokens),
         "cost_per_1k_inferences_usd": _ratio(inf_cost_usd, t.requests, 1000),
         "simulated": t.simulated,
+        "unknown": {},  # figure key -> why it is None
     }
+    if t.cost_usd is None:
+        k["unknown"]["cost_usd"] = k["cost_source"] or "no price"
+        if t.requests:
+            k["unknown"]["cost_per_1k_inferences_usd"] = k["unknown"]["cost_usd"]
+    _unknown_per_inference(k, t, inf_energy_j)
+    return k
+
+
+# Unknown is not zero: a figure with no data is None, and `unknown` (in every derive() result)
+# names why. Zero only when zero was measured.
+PER_INFERENCE = ("energy_per_inference_j", "co2e_per_1k_inferences_g", "energy_per_token_j",
+                 "cost_per_1k_inferences_usd")
+GPU_FIGURES = ("gpu_energy_kwh", "cpu_ram_energy_kwh", "energy_kwh", "facility_energy_kwh",
+               "co2e_kg", "gpu_util_pct", "inference_energy_kwh")
+NO_GPU_DATA = "no GPU data: none of the workload GPUs reported in this window"
+NO_GPUS = "no GPUs assigned to the workload"
+
+
+def _unknown_per_inference(k: dict, t: Totals, inf_energy_j: float) -> None:
+    """Inferences counted but no joule measured for the GPUs serving them: the per-inference
+    figures are unknown, never 0 J and $0."""
+    if t.requests and not inf_energy_j and not t.gpu_minutes:
+        for key in PER_INFERENCE:
+            k[key] = None
+            k["unknown"][key] = "no GPU data for the GPUs serving these inferences"
+
+
+def without_gpu_data(k: dict, has_gpus: bool = True) -> dict:
+    """A workload's figures when none of its GPUs reported: energy, carbon, utilisation and the
+    per-inference figures are unknown with the reason; cost stays what the cost model says (a
+    committed host is paid for whether it reported or not), unless it has no GPUs at all."""
+    if k.get("gpu_hours") or k.get("gpu_energy_kwh"):
+        return k
+    reason = NO_GPU_DATA if has_gpus else NO_GPUS
+    keys = GPU_FIGURES + PER_INFERENCE + (() if has_gpus else ("cost_usd",))
+    for key in keys:
+        k[key] = None
+        k["unknown"][key] = reason
+    return k
 
 
 def change_pct(current: float | None, previous: float | None) -> float | None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db.models import Q
+from django.conf import settings
+from django.db.models import F, Q
 
 from greenops import windows
 from greenops.kpis import metrics
-from greenops.kpis.models import KpiRollup, Period
+from greenops.kpis.models import KpiRollup, Period  # noqa: F401 (Period: pages read it here)
 from greenops.teams.models import Team
+from greenops.telemetry.models import GpuHour, Host
 from greenops.workloads.models import Workload
 
 # Named ranges the KPI pages offer (greenops.windows owns them) and the rollup period that
@@ -28,18 +30,23 @@ STEP = {Period.HOUR: windows.HOUR, Period.DAY: windows.DAY}
 
 
 def window(range_key: str, now: dt.datetime | None = None) -> windows.Window:
-    """Ending at the end of the current hour (or UTC day, for day resolution)."""
-    return windows.named(range_key, now, STEP[PERIOD[range_key]])
+    """The figures' period (windows.period): whole finished hours to the start of this hour,
+    the window the team home, the cost model and reports count too."""
+    return windows.period(range_key, now)
 
 
 def window_kpis(team: Team, workload: Workload | None, window: windows.Window) -> dict:
-    """KPIs for any window, widened to the rollups' buckets (and saying so)."""
+    """KPIs for any window, widened to whole hours (the rollups' buckets, and saying so)."""
     period = Period.DAY if window.span > dt.timedelta(days=31) else Period.HOUR
-    wide = window.widened(STEP[period])
+    wide = window.widened(windows.HOUR)
+    wide = windows.Window(wide.start, wide.end, window.label, window.key, window.tz,
+                          window.so_far)
     return {"period": period, "requested": {"start": window.start.isoformat(),
                                             "end": window.end.isoformat()},
             "start": wide.start.isoformat(), "end": wide.end.isoformat(),
-            "current": kpis(team, workload, wide.start, wide.end, period)}
+            "window": wide.as_dict(),
+            "current": kpis(team, workload, wide.start, wide.end, period,
+                            rows_by_day(team, workload, wide.start, wide.end))}
 
 
 def rows(team: Team, workload: Workload | None, period: str, start: dt.datetime,
@@ -80,11 +87,16 @@ def kpis(team: Team, workload: Workload | None, start: dt.datetime, end: dt.date
     return metrics.derive(totals, (end - start).total_seconds())
 
 
+def workload_figures(workload: Workload, k: dict) -> dict:
+    """A workload's KPIs with unknown, not zero, where none of its GPUs reported."""
+    return metrics.without_gpu_data(k, workload.gpu_queryset().exists())
+
+
 # The previous period must have data in at least this share of the current period's buckets.
 COMPARABLE_COVERAGE = 0.8
 
-CARD_KEYS = ("energy_kwh", "facility_energy_kwh", "co2e_kg", "cost_usd", "gpu_util_pct",
-             "requests", "throughput_per_s", "energy_per_inference_j",
+CARD_KEYS = ("gpu_energy_kwh", "energy_kwh", "facility_energy_kwh", "co2e_kg", "cost_usd",
+             "gpu_util_pct", "requests", "throughput_per_s", "energy_per_inference_j",
              "co2e_per_1k_inferences_g", "energy_per_token_j", "latency_p50_ms",
              "latency_p99_ms")
 
@@ -92,41 +104,104 @@ CARD_KEYS = ("energy_kwh", "facility_energy_kwh", "co2e_kg", "cost_usd", "gpu_ut
 def overview(team: Team, workload: Workload | None, range_key: str,
              now: dt.datetime | None = None) -> dict:
     """Current-period KPIs and their change against the previous period of equal length."""
-    period = PERIOD[range_key]
-    w = window(range_key, now)
+    return window_overview(team, workload, window(range_key, now), PERIOD[range_key])
+
+
+def host_hours(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
+    """How much of a period was measured: the team's host-hours in [start, end) -- each hour in
+    which a host existed (enrolled, not yet removed) -- and how many of them had a GPU sample.
+    {"measured", "expected", "share" (None: no host existed), "text"}."""
+    expected = 0
+    for created, removed in Host.objects.filter(team=team).values_list("created_at",
+                                                                       "removed_at"):
+        lo = max(start, windows.floor_hour(created)) if created else start
+        hi = min(end, removed) if removed else end
+        if hi > lo:
+            expected += len(windows.Window(lo, hi).buckets(windows.HOUR))
+    rows = GpuHour.objects.filter(gpu__host__team=team, bucket__gte=start, bucket__lt=end,
+                                  samples__gt=0)
+    measured = rows.values("gpu__host_id", "bucket").distinct().count()
+    # Hours measured outside a host's enrollment (a replayed spool, rows written before the
+    # host row): measured, so they count as hours of the period too.
+    expected += (rows.filter(Q(bucket__lte=F("gpu__host__created_at") - windows.HOUR)
+                             | Q(bucket__gte=F("gpu__host__removed_at")))
+                 .values("gpu__host_id", "bucket").distinct().count())
+    share = measured / expected if expected else None
+    text = (f"{share * 100:.0f} % of host-hours measured ({measured:,} of {expected:,})"
+            if share is not None else "no host in this period")
+    return {"measured": measured, "expected": expected, "share": share, "text": text}
+
+
+def coverage_flag(now_cov: dict, before_cov: dict) -> str:
+    """Why a change between two periods is not shown as a bare percentage: either side measured
+    under settings.GREENOPS_COMPARE_MIN_COVERAGE of its host-hours. "" when both are enough."""
+    least = settings.GREENOPS_COMPARE_MIN_COVERAGE
+    if now_cov["share"] is None and before_cov["share"] is None:
+        return ""  # no host on either side (inference counts only): nothing to weigh
+    for name, c in (("this period", now_cov), ("the previous period", before_cov)):
+        if c["share"] is None or c["share"] < least:
+            if c["share"] is None:
+                return f"change not shown: {name} had no host to measure"
+            return (f"change not shown: {name} measured {c['share'] * 100:.0f} % of its "
+                    f"host-hours (under {least * 100:.0f} %)")
+    return ""
+
+
+def window_overview(team: Team, workload: Workload | None, w: windows.Window,
+                    period: str = Period.HOUR) -> dict:
+    """KPIs over the whole-hour window `w` (a named period, a calendar month so far) and their
+    change against the window of equal length before it. `period` only picks the chart's
+    buckets: the figures read whole UTC days from day rows and the hours at the edges from hour
+    rows, exactly the hours of `w` (rows_by_day)."""
     start, end, span = w.start, w.end, w.span
-    # Each period's rows read once: the KPIs, the bucket counts and the freshness below all
-    # come from them (one query each instead of five in all).
-    now_rows = list(rows(team, workload, period, start, end))
-    before_rows = list(rows(team, workload, period, start - span, start))
+    now_rows = rows_by_day(team, workload, start, end)
+    before_rows = rows_by_day(team, workload, start - span, start)
     current = kpis(team, workload, start, end, period, now_rows)
     previous = kpis(team, workload, start - span, start, period, before_rows)
+    if workload is not None:
+        current, previous = workload_figures(workload, current), workload_figures(workload,
+                                                                                  previous)
     # A change against a period that was only partly measured (the fleet joined half-way
     # through it) is a measurement artefact, not a trend: compare only like with like.
-    buckets_now, buckets_before = len(now_rows), len(before_rows)
-    # The newest bucket is the current, still filling one: rollup.run rewrites it every beat
-    # tick (settings CELERY_BEAT_SCHEDULE "kpi-rollups"), so the page says how fresh it is.
+    buckets_now = rows(team, workload, Period.HOUR, start, end).count()
+    buckets_before = rows(team, workload, Period.HOUR, start - span, start).count()
+    # The newest hour is rewritten by rollup.run every beat tick while late data arrives
+    # (settings CELERY_BEAT_SCHEDULE "kpi-rollups"), so the page says how fresh it is.
     as_of = max((r.computed_at for r in now_rows), default=None)
-    # The current clock hour alone is still filling: against the whole hour before it any
-    # change would be the clock, not a trend.
-    clock_hour = w.span <= STEP[period]
+    # One hour against the hour before it says little: no trend shown.
+    clock_hour = w.span <= windows.HOUR
     comparable = (not clock_hour and buckets_now > 0
                   and buckets_before >= COMPARABLE_COVERAGE * buckets_now)
+    cov_now, cov_before = host_hours(team, start, end), host_hours(team, start - span, start)
+    flag = coverage_flag(cov_now, cov_before) if not clock_hour else ""
+    comparable = comparable and not flag
     changes = {k: metrics.change_pct(current.get(k), previous.get(k)) if comparable else None
                for k in CARD_KEYS}
-    return {"range": range_key, "label": w.label, "period": period, "start": start.isoformat(),
-            "end": end.isoformat(), "current": current, "previous": previous,
+    return {"range": w.key, "label": w.label, "coverage": cov_now,
+            "previous_coverage": cov_before, "coverage_flag": flag, "period": period,
+            "start": start.isoformat(),
+            "end": end.isoformat(), "window": w.as_dict(), "window_text": w.text,
+            "current": current, "previous": previous,
             "change_pct": changes, "comparable": comparable, "clock_hour": clock_hour,
             "as_of": as_of.astimezone(dt.UTC).isoformat() if as_of else None,
             "previous_partial": 0 < buckets_before < COMPARABLE_COVERAGE * buckets_now}
 
 
+def month_window(team: Team, value: str, now: dt.datetime | None = None,
+                 field: str = "month") -> windows.Window:
+    """"2026-11" -> that calendar month in the team's time zone, cut at the start of the
+    current hour while it runs (the window a report of that month covers)."""
+    return windows.so_far(windows.parse_month(value, team.time_zone or "UTC", field), now,
+                          field)
+
+
 def series(team: Team, workload: Workload | None, range_key: str,
-           now: dt.datetime | None = None) -> dict:
-    """Per-bucket KPIs for charts."""
-    period = PERIOD[range_key]
-    w = window(range_key, now)
-    start, end = w.start, w.end
+           now: dt.datetime | None = None, w: windows.Window | None = None) -> dict:
+    """Per-bucket KPIs for charts: the rollup buckets that overlap the figures' window."""
+    period = PERIOD.get(range_key, Period.HOUR)
+    w = w or window(range_key, now)
+    wide = w.widened(STEP[period])
+    start, end = wide.start, wide.end
     step = 3600 if period == Period.HOUR else 86400
     out: dict[str, list] = {k: [] for k in (
         "t", "requests", "energy_kwh", "energy_per_inference_j", "throughput_per_s",
@@ -141,16 +216,12 @@ def series(team: Team, workload: Workload | None, range_key: str,
     return {"period": period, "simulated": simulated, **out}
 
 
-def workload_table(team: Team, range_key: str, now: dt.datetime | None = None) -> list[dict]:
-    period = PERIOD[range_key]
-    w = window(range_key, now)
-    start, end = w.start, w.end
-    by_id: dict[int, list] = {}
-    for r in KpiRollup.objects.filter(team=team, period=period, bucket__gte=start,
-                                      bucket__lt=end, workload__isnull=False):
-        by_id.setdefault(r.workload_id, []).append(r)
+def workload_table(team: Team, range_key: str, now: dt.datetime | None = None,
+                   w: windows.Window | None = None) -> list[dict]:
+    """Each workload's KPIs over the figures' window (the same hours as the team's cards)."""
+    w = w or window(range_key, now)
     out = []
-    for w in Workload.objects.filter(team=team):
-        k = metrics.derive(metrics.merge(by_id.get(w.id, [])), (end - start).total_seconds())
-        out.append({"workload": w, **k})
+    for wl in Workload.objects.filter(team=team):
+        k = kpis(team, wl, w.start, w.end, rollups=rows_by_day(team, wl, w.start, w.end))
+        out.append({"workload": wl, **workload_figures(wl, k)})
     return out

@@ -3,7 +3,9 @@
 Columns (version 1; a changed meaning or order bumps COLUMNS_VERSION, which every row carries):
 
   columns_version, methodology_version, team, month, time_zone,
-  row_type         total | host | workload | job
+  row_type         total | host | workload | job | not_attributed (the total less the host
+                   rows, host "not attributed"; the total less the workload rows, workload
+                   "not attributed")
   workload, host, provider, region, instance_type, purchase_option,
   scope            Scope 2 (own site) | Scope 3 (cat. 1, cloud) for host rows
   gpu_kwh, cpu_ram_kwh, it_kwh (GPU + CPU + RAM), facility_kwh (IT x PUE),
@@ -11,9 +13,10 @@ Columns (version 1; a changed meaning or order bumps COLUMNS_VERSION, which ever
   cost_usd (empty: unknown, see note), inferences, gpu_hours, idle_gpu_hours, idle_cost_usd,
   measurement_method, simulated (true | false), note
 
-Reading back: the `host` rows add up to the `total` row (energy, carbon, cost, idle); `workload`
-and `job` rows are attributions (GPUs shared by workloads appear under each), so they are not
-added to the total. `read_totals` does exactly that and is what the tests use.
+Reading back: the `host` rows plus the host "not attributed" row add up to the `total` row
+(energy, carbon, cost), and so do the `workload` rows plus the workload "not attributed" row
+(negative where workloads share GPUs, which count under each); `job` rows are attributions.
+`read_totals` does exactly that and is what the tests use.
 """
 
 from __future__ import annotations
@@ -34,6 +37,13 @@ COLUMNS = (
 # Host-row columns that add up to the total row.
 ADDITIVE = ("gpu_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg",
             "co2e_market_kg", "cost_usd", "gpu_hours", "idle_gpu_hours", "idle_cost_usd")
+
+
+# Columns the host rows + the "not attributed" host row add up to the total in; the same for
+# the workload rows.
+HOST_SUMMED = ("gpu_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg",
+               "cost_usd", "gpu_hours")
+WORKLOAD_SUMMED = ("it_kwh", "facility_kwh", "co2e_location_kg", "cost_usd")
 
 
 def _cell(value) -> str | int | float:
@@ -61,7 +71,11 @@ def rows(fig: dict) -> list[dict]:
             "inferences": t["requests"], "gpu_hours": t["gpu_hours"],
             "idle_gpu_hours": t["idle_gpu_hours"], "idle_cost_usd": t["idle_cost_usd"],
             "simulated": t["simulated"],
-            "note": "" if t["cost_usd"] is not None else "cost unknown: a host has no price"}]
+            "note": "; ".join(_unknown_notes(t.get("unknown") or {})
+                              + ([f"known part of cost_usd (a lower bound): "
+                                  f"{t['cost_known_usd']!r} USD"]
+                                 if t["cost_usd"] is None and "cost_known_usd" in t else []))
+            or ("" if t["cost_usd"] is not None else "cost unknown: a host has no price")}]
     for h in fig["hosts"]:
         out.append({**base, "row_type": "host", "host": h["host"], "provider": h["provider"],
                     "region": h["region"], "instance_type": h["instance_type"],
@@ -74,19 +88,49 @@ def rows(fig: dict) -> list[dict]:
                     "measurement_method": h["measurement"],
                     "simulated": "simulated" in h["measurement"],
                     "note": h["price_problem"]})
+    rest = fig.get("not_attributed")
+    if rest is not None:
+        h = rest["hosts"]
+        out.append({**base, "row_type": "not_attributed", "host": NOT_ATTRIBUTED,
+                    "gpu_kwh": h["gpu_energy_kwh"], "cpu_ram_kwh": h["cpu_ram_energy_kwh"],
+                    "it_kwh": h["energy_kwh"], "facility_kwh": h["facility_energy_kwh"],
+                    "co2e_location_kg": h["co2e_kg"], "cost_usd": h["cost_usd"],
+                    "gpu_hours": h["gpu_hours"],
+                    "note": "the total less the host rows (hosts no longer in the team, "
+                            "rollups not yet rewritten): host rows + this row = total"})
     for w in fig["workloads"]:
         out.append({**base, "row_type": "workload", "workload": w["workload"],
                     "it_kwh": w["energy_kwh"], "facility_kwh": w["facility_energy_kwh"],
                     "co2e_location_kg": w["co2e_kg"], "cost_usd": w["cost_usd"],
                     "inferences": w["requests"], "gpu_hours": w["gpu_hours"],
                     "simulated": w["simulated"],
-                    "note": "attribution: GPUs shared by workloads count under each"})
+                    "note": "; ".join(["attribution: GPUs shared by workloads count under each",
+                                       *_unknown_notes(w.get("unknown") or {})])})
+    if rest is not None:
+        w = rest["workloads"]
+        out.append({**base, "row_type": "not_attributed", "workload": NOT_ATTRIBUTED,
+                    "it_kwh": w["energy_kwh"], "facility_kwh": w["facility_energy_kwh"],
+                    "co2e_location_kg": w["co2e_kg"], "cost_usd": w["cost_usd"],
+                    "note": "the total less the workload rows (GPUs in no workload; negative "
+                            "where workloads share GPUs): workload rows + this row = total"})
     for j in fig["jobs"]:
         out.append({**base, "row_type": "job", "workload": j["workload"],
                     "it_kwh": j["energy_kwh"], "facility_kwh": j["facility_energy_kwh"],
                     "co2e_location_kg": j["co2e_kg"], "cost_usd": j["cost_usd"],
                     "gpu_hours": j["gpu_hours"], "note": f"training job {j['name']}"})
     return out
+
+
+NOT_ATTRIBUTED = "not attributed"
+
+
+def _unknown_notes(unknown: dict) -> list[str]:
+    """"unknown: it_kwh, cost_usd -- no GPU data ..." per reason: an empty cell is null, and the
+    note says why (never 0)."""
+    by_reason: dict[str, list[str]] = {}
+    for key, reason in unknown.items():
+        by_reason.setdefault(reason, []).append(key)
+    return [f"unknown {', '.join(keys)}: {reason}" for reason, keys in by_reason.items()]
 
 
 def write(fig: dict) -> bytes:
@@ -108,14 +152,28 @@ def read_totals(data: bytes) -> dict:
         raise ValueError("not a GreenOps report CSV of columns version " + COLUMNS_VERSION)
     total: dict = {}
     hosts: list[dict] = []
+    workloads: list[dict] = []
+    rest: dict[str, dict] = {}
     for r in reader:
         if r["row_type"] == "total":
             total = {c: float(r[c]) if r[c] != "" else None for c in ADDITIVE}
             total["inferences"] = int(r["inferences"])
         elif r["row_type"] == "host":
             hosts.append(r)
-    sums: dict = {}
-    for c in ADDITIVE:
-        cells = [h[c] for h in hosts]
-        sums[c] = None if any(v == "" for v in cells) else sum(float(v) for v in cells)
-    return {"total": total, "hosts_sum": sums}
+        elif r["row_type"] == "workload":
+            workloads.append(r)
+        elif r["row_type"] == "not_attributed":
+            rest["hosts" if r["host"] else "workloads"] = r
+
+    def sums(rows: list[dict], columns: tuple[str, ...]) -> dict:
+        out: dict = {}
+        for c in columns:
+            cells = [r[c] for r in rows]
+            out[c] = None if any(v == "" for v in cells) else sum(float(v) for v in cells)
+        return out
+    return {"total": total, "hosts_sum": sums(hosts, ADDITIVE),
+            # Rows + the explicit "not attributed" row: equal to the total, column by column.
+            "hosts_with_rest": sums(hosts + [rest["hosts"]], HOST_SUMMED)
+            if "hosts" in rest else None,
+            "workloads_with_rest": sums(workloads + [rest["workloads"]], WORKLOAD_SUMMED)
+            if "workloads" in rest else None}

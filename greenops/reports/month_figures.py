@@ -207,6 +207,15 @@ def _sum(rows: list[dict], key: str) -> float | None:
 def _totals(team: Team, hosts: list[dict], start: dt.datetime, end: dt.datetime) -> dict:
     k = _kpis(team, None, start, end)
     market = [h for h in hosts if h["co2e_market_kg"] is not None]
+    unpriced = [h for h in hosts if h["cost_usd"] is None]
+    unknown = {}
+    if unpriced:
+        s = "" if len(unpriced) == 1 else "s"
+        unknown["cost_usd"] = unknown["idle_cost_usd"] = (
+            f"{len(unpriced)} host{s} unpriced: " + ", ".join(h["host"] for h in unpriced))
+    if len(market) != len([h for h in hosts if h["energy_kwh"]]) or not market:
+        unknown["co2e_market_kg"] = ("no supplier-specific factor (contract) recorded for every "
+                                     "site, and no residual mix is shipped")
     return {
         "gpu_energy_kwh": k["gpu_energy_kwh"], "cpu_ram_energy_kwh": k["cpu_ram_energy_kwh"],
         "energy_kwh": k["energy_kwh"], "facility_energy_kwh": k["facility_energy_kwh"],
@@ -222,7 +231,33 @@ def _totals(team: Team, hosts: list[dict], start: dt.datetime, end: dt.datetime)
         "simulated": k["simulated"],
         "pue_source": k["pue_source"], "intensity_source": k["intensity_source"],
         "cpu_ram_method": k["cpu_ram_method"],
+        # The partial-sum rule: a sum with unknown parts is null with the reason, and its known
+        # part is given beside it as a lower bound ("≥ $X, 2 hosts unpriced").
+        "cost_known_usd": float(sum(h["cost_usd"] for h in hosts
+                                    if h["cost_usd"] is not None)),
+        "unpriced_hosts": len(unpriced),
+        "unknown": unknown,
     }
+
+
+# Host and workload columns that add up to the totals, with the "not attributed" rows.
+ATTRIBUTED = ("gpu_energy_kwh", "cpu_ram_energy_kwh", "energy_kwh", "facility_energy_kwh",
+              "co2e_kg", "cost_usd", "gpu_hours")
+WORKLOAD_ATTRIBUTED = ("energy_kwh", "facility_energy_kwh", "co2e_kg", "cost_usd")
+
+
+def _not_attributed(totals: dict, rows: list[dict], keys: tuple[str, ...]) -> dict:
+    """The total less its rows, per column: what no row claims (hosts no longer in the team,
+    GPUs in no workload), so rows + this = the total. Negative for workloads that share GPUs
+    (each counts them). Unknown where the total or a row is unknown."""
+    out = {}
+    for key in keys:
+        values = [r.get(key) for r in rows]
+        if totals.get(key) is None or any(v is None for v in values):
+            out[key] = None
+        else:
+            out[key] = totals[key] - float(sum(values))
+    return out
 
 
 def _daily(team: Team, start: dt.datetime, end: dt.datetime, zone_name: str) -> list[dict]:
@@ -259,6 +294,8 @@ def _workloads(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
         k = _kpis(team, w, start, end)
         if not (k["requests"] or k["energy_kwh"] or k["gpu_hours"]):
             continue
+        k = kpi_queries.workload_figures(w, k)
+        m_g, m_how = _embodied(w, start, end)
         out.append({
             "workload": w.slug, "name": w.name, "kind": w.kind,
             "requests": k["requests"], "energy_kwh": k["energy_kwh"],
@@ -273,8 +310,37 @@ def _workloads(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
             # Throughput divides by the seconds the inference windows measured.
             "coverage": k.get("coverage", ""),
             "simulated": k["simulated"],
+            "unknown": k["unknown"],  # figure -> why it is null
+            "m_g": m_g, "m_method": m_how,
         })
     return out
+
+
+def _embodied(workload, start: dt.datetime, end: dt.datetime) -> tuple[float | None, str]:
+    """SCI's M for the workload, as the Green Software Foundation's SCI specification defines
+    it: TE x (TiR / EL) x (RR / ToR), per GPU of the workload's own: TE / (EL x ToR) is the
+    embodied rate a site records per GPU-hour (the server's total embodied emissions over its
+    expected lifespan, shared by its GPUs), TiR the hours that GPU ran in the window, RR = 1
+    GPU. Not a team-average rate: a workload on one GPU of a low-carbon server gets that
+    server's rate. None (with the reason) when a site records none."""
+    from greenops.telemetry.models import GpuHour
+
+    gpus = list(workload.gpu_queryset().select_related("host"))
+    if not gpus:
+        return None, "no GPUs assigned"
+    hours = dict(GpuHour.objects.filter(gpu__in=gpus, bucket__gte=start, bucket__lt=end,
+                                        samples__gt=0)
+                 .values("gpu_id").annotate(n=models.Count("*")).values_list("gpu_id", "n"))
+    sites = {}
+    total = 0.0
+    for g in gpus:
+        if g.host_id not in sites:
+            sites[g.host_id] = _host_site(g.host)
+        rate = _embodied_g_per_gpu_hour(sites[g.host_id])
+        if rate is None:
+            return None, f"no embodied emissions recorded for the site of {g.host.name}"
+        total += rate * hours.get(g.id, 0)
+    return total, "sum over the workload's GPUs of site rate x hours it ran"
 
 
 def _jobs(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
@@ -325,11 +391,12 @@ def _sci(workloads: list[dict], jobs: list[dict], hosts: list[dict]) -> dict:
     for w in workloads:
         if w["kind"] == WorkloadKind.TRAINING or not w["requests"]:
             continue
-        m_g = m_rate * w["gpu_hours"] if m_rate is not None else None
-        ei_g = w["co2e_kg"] * 1000
+        m_g = w.get("m_g")  # the workload's own GPUs (_embodied), per the SCI spec
+        # No GPU data: E x I is unknown, and so is SCI (never 0 g).
+        ei_g = None if w["co2e_kg"] is None else w["co2e_kg"] * 1000
         rows.append({"subject": w["name"], "unit": "inference", "r": w["requests"],
                      "e_kwh": w["facility_energy_kwh"], "ei_g": ei_g, "m_g": m_g,
-                     "sci_g": (ei_g + (m_g or 0.0)) / w["requests"]})
+                     "sci_g": None if ei_g is None else (ei_g + (m_g or 0.0)) / w["requests"]})
     for j in jobs:
         if j["co2e_kg"] is None:
             continue
@@ -338,7 +405,9 @@ def _sci(workloads: list[dict], jobs: list[dict], hosts: list[dict]) -> dict:
         rows.append({"subject": j["name"], "unit": "training job", "r": 1,
                      "e_kwh": j["facility_energy_kwh"], "ei_g": ei_g, "m_g": m_g,
                      "sci_g": ei_g + (m_g or 0.0)})
-    note = ("M (embodied) included from the sites' recorded figures" if m_rate is not None
+    note = ("M (embodied) per workload = TE x (TiR / EL) x (RR / ToR) over its own GPUs (each "
+            "site's embodied rate per GPU-hour x the hours each GPU ran); training jobs use the "
+            "fleet's GPU-hour-weighted rate" if m_rate is not None
             else "M (embodied) not included: not every site records embodied emissions")
     return {"rows": rows, "m_note": note,
             "i_note": "I is location-based grid intensity; E is facility energy (IT x PUE)"}
@@ -395,7 +464,13 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
     zone = zone or team_zone_name(team)
     progress = progress or (lambda pct, stage: None)
     now = now or timezone.now()
-    start, end = month_window(team, month, zone)
+    whole = windows.calendar_month(month.year, month.month, zone)
+    # The running month covers its whole finished hours so far, as every page and the KPI API
+    # count it (windows.so_far): a report of it is provisional and says "so far".
+    if windows.floor_hour(now) <= whole.start:
+        raise invalid("month", "has no finished hour yet: pick a month that has started")
+    w = windows.so_far(whole, now)
+    start, end = w.start, w.end
     prev_start, prev_end = month_window(team, month.previous(), zone)
     progress(10, "hosts: energy, carbon and cost")
     hosts = list(Host.objects.filter(team=team).prefetch_related("gpus"))
@@ -404,7 +479,12 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
     totals = _totals(team, host_rows, start, end)
     previous = _totals(team, _host_rows(team, hosts, prev_start, prev_end), prev_start,
                        prev_end)
-    change = {k: metrics.change_pct(totals[k], previous[k]) for k in TOTAL_KEYS}
+    cov_now = kpi_queries.host_hours(team, start, end)
+    cov_before = kpi_queries.host_hours(team, prev_start, prev_end)
+    # A change against a barely measured month is flagged, never a bare percentage.
+    change_flag = kpi_queries.coverage_flag(cov_now, cov_before)
+    change = {k: None if change_flag else metrics.change_pct(totals[k], previous[k])
+              for k in TOTAL_KEYS}
     progress(55, "workloads and training jobs")
     workloads = _workloads(team, start, end)
     jobs = _jobs(team, start, end)
@@ -422,13 +502,19 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
         "month": str(month), "month_label": month.label,
         "time_zone": zone,
         "start": start.isoformat(), "end": end.isoformat(),
-        "closed": end <= now,
-        "hours_in_month": hours,
+        "window": w.as_dict(), "window_text": w.text, "so_far": w.so_far,
+        "closed": not w.so_far and end <= now,
+        "hours_in_month": int((whole.end - whole.start).total_seconds() // 3600),
+        "hours_counted": hours,
         "hours_with_data": _hours_with_data(team, start, end),
         "totals": totals, "previous": previous, "change_pct": change,
+        "coverage": cov_now, "previous_coverage": cov_before, "change_flag": change_flag,
         "cost_by_option": _cost_by_option(host_rows),
         "daily": _daily(team, start, end, zone),
         "hosts": host_rows, "workloads": workloads, "jobs": jobs,
+        "not_attributed": {"hosts": _not_attributed(totals, host_rows, ATTRIBUTED),
+                           "workloads": _not_attributed(totals, workloads,
+                                                        WORKLOAD_ATTRIBUTED)},
         "recommendations": recs,
         "sci": _sci(workloads, jobs, host_rows),
         "alerts": _alerts(team, start, end),

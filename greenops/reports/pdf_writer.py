@@ -182,6 +182,7 @@ def _write(fig: dict, revision: int | None, difference: list | None,
     meta = (f"Revision {revision or '–'} · {fig['time_zone']} calendar month · methodology "
             f"{fig['methodology_version']} · {fig['hours_with_data']} of "
             f"{fig['hours_in_month']} hours with data")
+    story.append(Paragraph(_esc(present.window_line(fig)), st["body"]))
     story.append(Paragraph(_esc(meta), st["body"]))
     if not fig["closed"]:
         story.append(Paragraph("Provisional: the month had not ended when this was generated.",

@@ -50,7 +50,18 @@ SUMMARY = (
 )
 
 
+def partial_sum(known: float, unknown_parts: int, digits: int = 2, unit: str = "USD",
+                what: str = "host", why: str = "unpriced") -> str:
+    """The one rule for a sum with unknown parts (README, accounting): a lower bound that names
+    what it leaves out, "≥ 1,234.56 USD (2 hosts unpriced)"."""
+    s = "" if unknown_parts == 1 else "s"
+    return f"≥ {num(known, digits, unit)} ({unknown_parts} {what}{s} {why})"
+
+
 def _why_unknown(fig: dict, key: str) -> str:
+    reason = (fig["totals"].get("unknown") or {}).get(key)
+    if reason:
+        return reason
     if key == "co2e_market_kg":
         return "no supplier-specific factor recorded on every site"
     if key in ("cost_usd", "idle_cost_usd"):
@@ -66,12 +77,22 @@ def summary(fig: dict) -> Table:
     rows = []
     for label, key, digits, unit, big in SUMMARY:
         value = num(t[key], digits, unit)
+        if key == "cost_usd" and t[key] is None and t.get("unpriced_hosts"):
+            value = partial_sum(t["cost_known_usd"], t["unpriced_hosts"])
         if big and t[key] is not None:
             value += f" ({num(t[key] / big[0], 3, big[1])})"
         note = _why_unknown(fig, key) if t[key] is None else ""
-        rows.append([label, value, num(prev[key], digits, unit), pct(change[key]), note])
-    return Table("summary", f"{fig['month_label']} at a glance",
-                 ["Figure", "This month", "Previous month", "Change", "Note"], rows)
+        shown = "flagged: coverage" if fig.get("change_flag") else pct(change[key])
+        rows.append([label, value, num(prev[key], digits, unit), shown, note])
+    notes = []
+    if fig.get("coverage"):
+        notes.append(f"Coverage: this month {fig['coverage']['text']}; previous month "
+                     f"{fig['previous_coverage']['text']}.")
+    if fig.get("change_flag"):
+        notes.append(f"Change: {fig['change_flag']}.")
+    return Table("summary", f"{fig['month_label']}{' so far' if fig.get('so_far') else ''} "
+                 "at a glance", ["Figure", "This month", "Previous month", "Change", "Note"],
+                 rows, notes=notes)
 
 
 def cost_by_option(fig: dict) -> Table:
@@ -94,7 +115,9 @@ def workloads(fig: dict) -> Table:
                  empty="No workload had inferences or GPU energy this month.",
                  notes=[f"Throughput of {w['name']}: over the time its inference windows "
                         f"measured ({w['coverage']})" for w in fig["workloads"]
-                        if w.get("coverage") and w["requests"]])
+                        if w.get("coverage") and w["requests"]]
+                 + [f"{w['name']}: unknown ({reason})" for w in fig["workloads"]
+                    for reason in dict.fromkeys((w.get("unknown") or {}).values())])
 
 
 def jobs(fig: dict) -> Table:
@@ -124,10 +147,37 @@ def hosts(fig: dict, limit: int | None = None) -> Table:
              num(h["idle_gpu_hours"], 1, "h"), num(h["idle_cost_usd"], 2, "USD")]
             for h in items]
     notes = [f"{h['host']}: {h['price_problem']}" for h in items if h["price_problem"]]
+    rest = fig.get("not_attributed")
+    if rest is not None and fig["hosts"]:
+        # Rows add up: the hosts not listed, what no host row claims, and the total.
+        others = fig["hosts"][len(items):]
+        if others:
+            rows.append(_sum_row(f"{len(others)} other hosts", others))
+        t, na = fig["totals"], rest["hosts"]
+        rows.append(["Not attributed", "", "", "", num(na["energy_kwh"], 3, "kWh"),
+                     num(na["facility_energy_kwh"], 3, "kWh"), num(na["co2e_kg"], 3, "kg"),
+                     num(na["cost_usd"], 2, "USD"), "", ""])
+        cost = num(t["cost_usd"], 2, "USD") if t["cost_usd"] is not None or not \
+            t.get("unpriced_hosts") else partial_sum(t["cost_known_usd"], t["unpriced_hosts"])
+        rows.append(["Total", "", "", "", num(t["energy_kwh"], 3, "kWh"),
+                     num(t["facility_energy_kwh"], 3, "kWh"), num(t["co2e_kg"], 3, "kg"),
+                     cost, num(t["idle_gpu_hours"], 1, "h"), num(t["idle_cost_usd"], 2, "USD")])
+        notes.append("Host rows + \"Not attributed\" (the total less the host rows: hosts no "
+                     "longer in the team, rollups not yet rewritten) = Total.")
     return Table("hosts", "Top hosts by cost" if limit else "Hosts",
                  ["Host", "Instance", "Purchase", "Scope", "IT energy", "Facility energy",
                   "CO2e (location)", "Cost", "Idle GPU-h", "Idle cost"], rows,
                  empty="No host ran or was paid for this month.", notes=notes)
+
+
+def _sum_row(label: str, hosts: list[dict]) -> list[str]:
+    def total(key: str) -> float | None:
+        values = [h[key] for h in hosts]
+        return None if any(v is None for v in values) else float(sum(values))
+    return [label, "", "", "", num(total("energy_kwh"), 3, "kWh"),
+            num(total("facility_energy_kwh"), 3, "kWh"), num(total("co2e_kg"), 3, "kg"),
+            num(total("cost_usd"), 2, "USD"), num(total("idle_gpu_hours"), 1, "h"),
+            num(total("idle_cost_usd"), 2, "USD")]
 
 
 def sci(fig: dict) -> Table:
@@ -161,13 +211,19 @@ def _utc(iso: str) -> str:
     return iso[:16].replace("T", " ")
 
 
+def window_line(fig: dict) -> str:
+    """The report's [start, end) as every surface prints a window (greenops.windows): "1–31 Oct
+    2026, Europe/Paris", or "... (so far)" for the running month, with its UTC instants."""
+    text = fig.get("window_text") or f"{fig['month_label']}, {fig['time_zone']}"
+    return f"{text} ({_utc(fig['start'])} to {_utc(fig['end'])} UTC)"
+
+
 def methodology(fig: dict) -> list[tuple[str, str]]:
     m = fig["methodology"]
     prices = "; ".join(m["price_sources"]) or "no price used"
     return [
         ("Methodology version", m["version"]),
-        ("Month", f"{fig['month_label']} in {fig['time_zone']} "
-                  f"({_utc(fig['start'])} to {_utc(fig['end'])} UTC)"),
+        ("Month", window_line(fig)),
         ("Coverage", f"{fig['hours_with_data']} of {fig['hours_in_month']} hours have data"),
         *([("Month boundary", m["boundary"])] if m.get("boundary") else []),
         ("Energy", m["energy"]),

@@ -107,6 +107,7 @@ def detail(request: HttpRequest, team: Team, report_id: int) -> HttpResponse:
         "team": team, "report": report, "shown": shown, "fig": fig,
         "sections": present.sections(fig) if fig else [],
         "methodology": present.methodology(fig) if fig else [],
+        "window_line": present.window_line(fig) if fig else "",
         "revisions": others, "window": month_window(team, Month.of(report.month), report.time_zone),
         "status": status_dict(report),
     })

@@ -16,26 +16,19 @@ from django.db import connection
 from django.utils import timezone
 
 from greenops.chart_style import MAX_POINTS
+from greenops.quantiles import sorted_quantile as quantile
 from greenops.teams.models import Team
 from greenops.telemetry import store
 from greenops.telemetry.models import ROLLUPS, FleetBucket, FleetFill, Gpu, Host
 from greenops.telemetry.queries import MAX_GPU_SERIES, RANGES, RESOLUTION, team_gpus, window
 from greenops.units import J_PER_KWH
-from greenops.windows import floor
+from greenops.windows import Window, floor
 
 
 def display_step_s(span_s: float, source_step_s: int, max_points: int = MAX_POINTS) -> int:
     """The smallest whole number of rollup steps that fits the span into max_points buckets.
     E.g. 24 h of minute rollups in 300 points: 60 s x ceil(86,400 / (300 x 60)) = 300 s."""
     return source_step_s * max(1, math.ceil(span_s / (max_points * source_step_s)))
-
-
-def quantile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), on sorted values."""
-    pos = q * (len(sorted_values) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def grid(range_key: str, now: dt.datetime | None = None,
@@ -90,6 +83,7 @@ def fleet_series(gpus: list[Gpu], range_key: str, now: dt.datetime | None = None
          for k in range(n_buckets)]
     out = {"range": range_key, "label": RANGES[range_key].label, "resolution": resolution,
            "start": start.isoformat(), "end": end.isoformat(), "step_s": step_s, "t": t,
+           "window_text": _window_text(start, end),
            "simulated": any(c[5] for c in cells.values()), "totals": _totals(gpus, cells)}
     energy_by_host: dict[str, list[float]] = defaultdict(lambda: [0.0] * n_buckets)
     for (gpu_id, k), c in cells.items():
@@ -429,11 +423,17 @@ def assemble(n_gpus: int, host_name: dict[int, str], range_key: str, resolution:
               "simulated_samples": int(sim), "measured_samples": int(n - sim)}
     return {"range": range_key, "label": RANGES[range_key].label, "resolution": resolution,
             "start": start.isoformat(), "end": end.isoformat(), "step_s": step_s, "t": t,
+            "window_text": _window_text(start, end),
             "simulated": sim > 0, "totals": totals,
             "energy_kwh_by_host": dict(sorted(
                 (host_name[h], kwh[j].tolist()) for j, h in enumerate(host_ids) if seen[j])),
             "grouping": "fleet", "util_mean_pct": mean, "util_p10_pct": p10, "util_p90_pct": p90,
             "power_w": power, "gpus_reporting": reporting}
+
+
+def _window_text(start: dt.datetime, end: dt.datetime) -> str:
+    """The chart's own [start, end), printed as every window is (greenops.windows)."""
+    return Window(start, end).text
 
 
 def _totals(gpus: list[Gpu], cells: dict) -> dict:

@@ -29,6 +29,7 @@ from greenops.telemetry.wire import (
     sample_columns,
     text_field,
 )
+from greenops.windows import floor_hour
 
 # Plausibility bounds: 8 x 400 GbE is 4e11 B/s; an NVMe array a few 1e10 B/s.
 FLOAT_FIELDS: dict[str, tuple[float, float]] = {
@@ -162,9 +163,7 @@ def store(host: Host, rows: list[HostSample], snapshot: dict | None) -> int:
         HostSample.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
         inserted = in_range.count() - before
         if inserted:
-            recompute_hours(host, lo.replace(minute=0, second=0, microsecond=0),
-                            hi.replace(minute=0, second=0, microsecond=0)
-                            + dt.timedelta(hours=1))
+            recompute_hours(host, floor_hour(lo), floor_hour(hi) + dt.timedelta(hours=1))
         if snapshot is not None:
             current = GpuProcess.objects.filter(host=host)
             newest = current.aggregate(t=Max("seen_at"))["t"]

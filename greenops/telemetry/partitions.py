@@ -45,6 +45,7 @@ from django.utils import timezone
 from greenops.request_body import decode_body, parse_json
 from greenops.telemetry import wire
 from greenops.telemetry.models import GpuMinute, GpuSample, IngestBatch, LateHour, RetentionMark
+from greenops.windows import floor_day
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class Spec:
         return n * self.keep_unit if n > 0 else None
 
     def floor(self, t: dt.datetime) -> dt.datetime:
-        t = t.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        t = floor_day(t)
         return t - dt.timedelta(days=t.weekday()) if self.step == "week" else t
 
     def next(self, start: dt.datetime) -> dt.datetime:
