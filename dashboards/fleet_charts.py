@@ -1,12 +1,12 @@
 """Plotly figure specs of the team home and host pages, from greenops.telemetry.fleet series
 (already within the point budget) and daily KPI rollups.
 
-The house style (LAYOUT, axes, palette, the point budget) lives in greenops.charts.
+The house style (LAYOUT, axes, palette, the point budget) lives in greenops.chart_style.
 """
 
 from __future__ import annotations
 
-from greenops.charts import axis, colour, layout
+from greenops.chart_style import axis, colour, layout
 
 
 def _sim(simulated: bool) -> str:

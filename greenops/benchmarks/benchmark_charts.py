@@ -5,7 +5,7 @@ baseline, and acknowledged regressions marked."""
 from __future__ import annotations
 
 from collectors import bench_gate as gate
-from greenops.charts import GRID_COLOUR, axis, layout
+from greenops.chart_style import GRID_COLOUR, axis, layout
 
 VERDICT_COLOUR = {gate.PASS: "#15803d", gate.FAIL: "#b91c1c", gate.INCONCLUSIVE: "#b45309",
                   "": "#2563eb"}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from greenops.charts import GRID_COLOUR
-from greenops.charts import LAYOUT as HOUSE
+from greenops.chart_style import GRID_COLOUR
+from greenops.chart_style import LAYOUT as HOUSE
 
 # The house style with a category x axis (instances running) and room for a two-row legend.
 LAYOUT = {**HOUSE, "margin": {**HOUSE["margin"], "b": 45}, "height": 280, "showlegend": True,

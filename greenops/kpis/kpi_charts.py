@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from greenops.charts import GRID_COLOUR, LAYOUT
+from greenops.chart_style import GRID_COLOUR, LAYOUT
 
 
 def _title(text: str, simulated: bool) -> dict:
