@@ -138,6 +138,13 @@ class Webhook(Transport):
             raise TransportError(f"could not reach the webhook: {exc}") from None
 
 
+def _apprise():
+    """The apprise module: ~0.5 s and its plugins to import, so only when a channel uses it."""
+    import apprise  # ~0.5 s and its plugins: only for a channel that uses it
+
+    return apprise
+
+
 @register
 class Apprise(Transport):
     kind = ChannelKind.APPRISE
@@ -145,8 +152,7 @@ class Apprise(Transport):
 
     @classmethod
     def check_target(cls, target: str) -> str:
-        import apprise
-
+        apprise = _apprise()
         target = target.strip()
         if not apprise.Apprise().add(target):
             raise ValueError("apprise does not recognise this URL (see the apprise wiki for "
@@ -154,8 +160,7 @@ class Apprise(Transport):
         return target
 
     def send(self, message: Message) -> None:
-        import apprise
-
+        apprise = _apprise()
         ap = apprise.Apprise()
         if not ap.add(self.channel.target):
             raise TransportError("apprise no longer accepts this URL", permanent=True)

@@ -19,9 +19,10 @@ import statistics
 from dataclasses import dataclass, field
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from greenops.alerts import kpi_values
+from greenops.alerts import kpi_values, notify
 from greenops.alerts.models import (
     Direction,
     NoDataPolicy,
@@ -255,8 +256,6 @@ def observe(rule: Rule, now: dt.datetime) -> Outcome:
 
 def claim(rule_id: int, tick: dt.datetime) -> bool:
     """True for exactly one caller per rule and minute (two workers, a replayed message)."""
-    from django.db.models import Q
-
     return Rule.objects.filter(Q(last_tick__isnull=True) | Q(last_tick__lt=tick),
                                id=rule_id, enabled=True).update(last_tick=tick) == 1
 
@@ -314,8 +313,6 @@ def enqueue(rule: Rule, kind: str, event: RuleEvent | None, out: Outcome,
             now: dt.datetime) -> int:
     """Write one pending Notification per chosen channel; delivery picks them up (grouped by
     channel). The dedupe key makes a second writer of the same event a no-op."""
-    from greenops.alerts import notify
-
     payload = notify.payload(rule, kind, out.value, out.detail, out.figure, now)
     n = 0
     for ch in rule.channels.filter(disabled_at__isnull=True):

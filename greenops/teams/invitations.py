@@ -19,6 +19,7 @@ from django.utils import timezone
 from greenops.site import site_url as default_site_url
 from greenops.teams import audit
 from greenops.teams.models import INVITATION_PREFIX, AuditEvent, Invitation, Membership, Role, Team
+from greenops.teams.permissions import rank
 from greenops.tokens import hash_token, new_token
 
 INVITATION_TTL = timedelta(days=settings.INVITATION_TTL_DAYS)
@@ -102,6 +103,7 @@ def resend(inv: Invitation, actor, *, site_url: str | None = None) -> bool:
 
 
 def _queue_mail(invitation_id: int, base_url: str) -> None:
+    # tasks reads MAX_MAIL_ATTEMPTS from this module as it loads, so it cannot load first
     from greenops.teams.tasks import send_invitation
 
     transaction.on_commit(lambda: send_invitation.delay(invitation_id, base_url))
@@ -162,8 +164,6 @@ def wrong_user_message(inv: Invitation, user) -> str:
 
 def accept(token: str, user) -> Membership:
     """Join the team. A user already in the team keeps the higher of the two roles."""
-    from greenops.teams.permissions import rank
-
     inv = lookup(token)
     if not is_for(inv, user):
         raise InvitationError("wrong_user", wrong_user_message(inv, user))
