@@ -1,12 +1,12 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
 
 
 class DashboardsConfig(AppConfig):
     name = "dashboards"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_delete, post_save
-
+        # headline imports models of several apps: not before the app registry is ready
         from dashboards import headline
 
         # What prices a host or places it (its terms, the catalog, a team's overrides, its

@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from greenops import windows
+from greenops.alerts.models import FIRING_STATES, Rule
 from greenops.costs import accounting
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.kpis import metrics
@@ -23,6 +24,7 @@ from greenops.kpis import queries as kpi_queries
 from greenops.kpis import rollup as kpi_rollup
 from greenops.kpis.models import KpiRollup, Period
 from greenops.teams.models import Team
+from greenops.telemetry.models import Host
 from greenops.telemetry.queries import RANGES as PAGE_RANGES
 from greenops.workloads.models import Workload
 
@@ -161,8 +163,6 @@ def _team_of(instance) -> int | None:
     None for the shared catalog (prices, price periods, instance types)."""
     team_id = getattr(instance, "team_id", None)
     if team_id is None and getattr(instance, "host_id", None) is not None:
-        from greenops.telemetry.models import Host
-
         team_id = Host.objects.filter(id=instance.host_id).values_list(
             "team_id", flat=True).first()
     return team_id
@@ -496,8 +496,6 @@ class Firing:
 def firing_alerts(team: Team) -> Firing:
     """The team's firing alert rules (state as the alerts evaluator last wrote it) and the
     number of enabled rules, so an empty list can say how much is being watched."""
-    from greenops.alerts.models import FIRING_STATES, Rule
-
     rules = Rule.objects.filter(team=team)
     # The enabled rules' states first (a few columns of a team's rules: cheaper to build than
     # an aggregate with two filtered counts): most views find nothing firing, and the page's

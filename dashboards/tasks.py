@@ -9,7 +9,10 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
+from dashboards import headline
 from greenops.beat import single_flight
+from greenops.teams.models import Team
+from greenops.telemetry import fleetroll
 
 log = logging.getLogger(__name__)
 
@@ -19,9 +22,6 @@ log = logging.getLogger(__name__)
 def snapshot_team_homes() -> int:
     """Each team with hosts: its snapshot for this hour, unless one under
     SNAPSHOT_REFRESH_S old exists. Returns the number taken."""
-    from dashboards import headline
-    from greenops.teams.models import Team
-
     taken = 0
     for team in Team.objects.filter(hosts__isnull=False).distinct().order_by("id"):
         now = timezone.now()
@@ -40,6 +40,4 @@ def fill_fleet_rollups() -> dict:
     """Each team's fleet rollups (the dashboard charts' closed display buckets), brought up to
     date from the per-GPU rollups: greenops.telemetry.fleetroll.fill. Returns per team and
     display step the buckets recomputed and the seconds taken."""
-    from greenops.telemetry import fleetroll
-
     return fleetroll.fill()

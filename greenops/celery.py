@@ -4,6 +4,7 @@ import os
 
 from celery import Celery
 from celery.signals import task_postrun, task_prerun
+from django.db import connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "greenops.settings")
 
@@ -26,8 +27,6 @@ def drop_broken_db_connections(task=None, **_kwargs) -> None:
     """
     if task is not None and getattr(task.request, "is_eager", False):
         return
-    from django.db import connections
-
     for conn in connections.all(initialized_only=True):
         if not conn.in_atomic_block:
             conn.close_if_unusable_or_obsolete()

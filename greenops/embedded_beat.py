@@ -11,13 +11,13 @@ import time
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from greenops.celery import app
+
 log = logging.getLogger(__name__)
 
 
 def run_due(next_run: dict[str, float], now: float) -> list[str]:
     """Run every schedule entry that is due; returns the names that ran."""
-    from greenops.celery import app
-
     app.loader.import_default_modules()
     ran = []
     for name, entry in settings.CELERY_BEAT_SCHEDULE.items():

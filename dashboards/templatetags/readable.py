@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import orjson
 from django import template
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
@@ -117,9 +118,6 @@ def host_rows(team_slug: str, hosts: list[dict]) -> str:
     fifth of that. Every text from the database is escaped (html.escape, as Django's |escape);
     the host links differ only in the id, so one reverse() with a stand-in id, not one per
     row (35 us each)."""
-    # Lazy: the URL configuration imports the views, which import this module.
-    from django.urls import reverse
-
     stand_in = "987654321"
     before, _, after = reverse("host-detail", args=[team_slug, stand_in]).rpartition(stand_in)
     before, after = html.escape(before), html.escape(after)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db.models import Sum
 
@@ -51,6 +51,7 @@ from greenops.advisor.measure import (
 )
 from greenops.advisor.measure import RANGES as RANGES  # the pages' range choices
 from greenops.advisor.powercap import cap_tradeoff, pair_tradeoff, throttled
+from greenops.costs.models import InstanceType
 from greenops.telemetry.models import HostHour
 from greenops.workloads.models import Workload
 
@@ -291,8 +292,6 @@ def advise(workload: Workload, window: windows.Window) -> Advice:
                   }.values())
     spec = gpu_table.find(p.gpu_name)
     if spec is None and hosts:
-        from greenops.costs.models import InstanceType
-
         t = InstanceType.objects.filter(provider=hosts[0].provider or "aws",
                                         name=hosts[0].instance_type).first()
         spec = gpu_table.find(t.gpu_model) if t else None
@@ -337,8 +336,6 @@ def advise(workload: Workload, window: windows.Window) -> Advice:
 
 def _no_throttle(p: Profile) -> Profile:
     """The profile with the throttle shares unknown (too few samples reported them)."""
-    from dataclasses import replace
-
     return replace(p, power_capped_share=None, thermal_share=None)
 
 def window(range_key: str, now: dt.datetime | None = None) -> windows.Window:

@@ -204,6 +204,13 @@ class Webhook(Transport):
                                  resp.status in self.PERMANENT_STATUS)
 
 
+def _apprise():
+    """The apprise module: ~0.5 s and its plugins to import, so only when a channel uses it."""
+    import apprise  # ~0.5 s and its plugins: only for a channel that uses it
+
+    return apprise
+
+
 @register
 class Apprise(Transport):
     kind = ChannelKind.APPRISE
@@ -211,8 +218,7 @@ class Apprise(Transport):
 
     @classmethod
     def check_target(cls, target: str) -> str:
-        import apprise
-
+        apprise = _apprise()
         target = target.strip()
         if not apprise.Apprise().add(target):
             raise ValueError("apprise does not recognise this URL (see the apprise wiki for "
@@ -221,8 +227,7 @@ class Apprise(Transport):
         return target
 
     def send(self, message: Message) -> None:
-        import apprise
-
+        apprise = _apprise()
         # Sequential mode: the guard follows this thread (and its context), not a pool's.
         ap = apprise.Apprise(asset=apprise.AppriseAsset(async_mode=False))
         if not ap.add(self.channel.target):

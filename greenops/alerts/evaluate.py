@@ -19,9 +19,10 @@ import statistics
 from dataclasses import dataclass, field
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from greenops.alerts import kpi_values
+from greenops.alerts import kpi_values, notify
 from greenops.alerts.models import (
     FIRING_STATES,
     Channel,
@@ -320,8 +321,6 @@ def observe(rule: Rule, now: dt.datetime) -> Outcome:
 
 def claim(rule_id: int, tick: dt.datetime) -> bool:
     """True for exactly one caller per rule and minute (two workers, a replayed message)."""
-    from django.db.models import Q
-
     return Rule.objects.filter(Q(last_tick__isnull=True) | Q(last_tick__lt=tick),
                                id=rule_id, enabled=True).update(last_tick=tick) == 1
 
@@ -396,8 +395,6 @@ def enqueue(rule: Rule, kind: str, event: RuleEvent | None, out: Outcome,
     """Write one pending Notification per chosen channel; delivery picks them up (grouped by
     channel). The dedupe key makes a second writer of the same event a no-op. `closed_by`:
     a "resolved" that a person caused (edited, disabled, deleted, muted), not the figure."""
-    from greenops.alerts import notify
-
     payload = notify.payload(rule, kind, out.value, out.detail, out.figure, now)
     if closed_by:
         payload["closed_by"] = closed_by

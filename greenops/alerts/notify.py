@@ -253,7 +253,7 @@ def due_channel_ids(now: dt.datetime | None = None) -> list[int]:
 def live_payloads(channel: Channel, now: dt.datetime) -> list[dict]:
     """For "Send test": the current figures of the rules that use this channel (or, with no
     rule yet, the team's IT energy over the last 24 hours), rendered like a real alert."""
-    from greenops.alerts import evaluate
+    from greenops.alerts import evaluate  # evaluate imports this module (it renders payloads)
 
     out = []
     for rule in channel.rules.filter(enabled=True).for_page()[:5]:

@@ -18,7 +18,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from greenops.api.error_answers import on_field_error, on_too_big
+from greenops.api.error_answers import on_database_down, on_field_error, on_too_big
 from greenops.errors import FieldError
 from greenops.telemetry import ingest
 
@@ -46,8 +46,6 @@ def answer_samples(request: HttpRequest) -> HttpResponse:
     except RequestDataTooBig as exc:
         response = on_too_big(request, exc)
     except (OperationalError, InterfaceError) as exc:  # PostgreSQL down: 503, Retry-After
-        from greenops.api.v1 import on_database_down
-
         response = on_database_down(request, exc)
     else:
         # A plain JsonResponse: the answer is built from validated values, so running it

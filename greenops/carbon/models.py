@@ -220,7 +220,7 @@ def _hosts_of(instance) -> list[Host]:
 def _after_site_change(sender, instance, raw=False, **kwargs) -> None:
     """A site edit starts new factors from now for hosts whose factors were already used
     (recorded); past hours keep theirs. Hosts never accounted get theirs at first use."""
-    from greenops.carbon.accounting import record_factors
+    from greenops.carbon.accounting import record_factors  # accounting imports these models
 
     if raw:
         return

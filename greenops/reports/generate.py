@@ -20,7 +20,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from greenops.queueing import publish_on_commit
-from greenops.reports import csv_writer, month_figures, pdf_writer, present
+
+# tasks imports this module too: each uses the other only inside functions, never at import.
+from greenops.reports import csv_writer, month_figures, pdf_writer, present, tasks
 from greenops.reports.models import Report, Status, Subscription, Trigger
 from greenops.reports.month_figures import Month
 from greenops.teams.models import Team
@@ -48,9 +50,7 @@ def request(team: Team, month: Month, trigger: str = Trigger.PAGE, user=None,
                                        requested_by=user if user and user.is_authenticated
                                        else None, stage="queued")
         if enqueue:
-            from greenops.reports.tasks import generate_report
-
-            publish_on_commit(generate_report, report.id)  # lost: schedule() sends it again
+            publish_on_commit(tasks.generate_report, report.id)  # lost: schedule() sends it again
     return report
 
 
@@ -166,7 +166,7 @@ def s3_key(report: Report, ext: str) -> str:
 
 
 def _upload(report: Report) -> None:
-    import boto3
+    import boto3  # ~0.6 s to import; only an S3 upload needs it
 
     client = boto3.client("s3", endpoint_url=settings.REPORTS_S3_ENDPOINT_URL or None,
                           region_name=settings.REPORTS_S3_REGION or None)
@@ -232,14 +232,12 @@ def due_months(now: dt.datetime | None = None) -> list[tuple[Team, Month]]:
 def schedule(now: dt.datetime | None = None) -> list[int]:
     """Request every due month's report, and send again the ones whose task was lost (a pending
     report nobody picked up, a running one whose worker died); returns the report ids."""
-    from greenops.reports.tasks import generate_report
-
     now = now or timezone.now()
     ids = [request(team, month, Trigger.SCHEDULE).id for team, month in due_months(now)]
     lost = Report.objects.filter(
         Q(status=Status.PENDING, created_at__lt=now - LOST_PENDING)
         | Q(status=Status.RUNNING, started_at__lt=now - STALE_RUNNING)).exclude(id__in=ids)
     for report_id in lost.values_list("id", flat=True):
-        generate_report.delay(report_id)
+        tasks.generate_report.delay(report_id)
         ids.append(report_id)
     return ids

@@ -20,6 +20,10 @@ from django.db import models
 from django.utils import timezone
 
 from greenops import windows
+from greenops.alerts.models import Rule, RuleEvent, State
+from greenops.carbon.models import HostSite
+from greenops.costs.accounting import gpu_usage, host_costs
+from greenops.costs.team_recommendations import team_recommendations
 from greenops.errors import invalid
 from greenops.kpis import metrics
 from greenops.kpis import queries as kpi_queries
@@ -28,6 +32,7 @@ from greenops.kpis.models import Period
 from greenops.teams.models import Team
 from greenops.telemetry.models import Gpu, Host, PurchaseOption
 from greenops.units import J_PER_KWH
+from greenops.workloads.jobs import summary
 from greenops.workloads.models import TrainingJob, WorkloadKind
 
 # Bumped whenever a figure's definition changes; stored in every report and CSV row.
@@ -120,8 +125,6 @@ def _scope(host: Host) -> str:
 
 
 def _host_site(host: Host):
-    from greenops.carbon.models import HostSite
-
     hs = HostSite.objects.filter(host=host).select_related("site").first()
     return hs.site if hs is not None else None
 
@@ -141,8 +144,6 @@ def _embodied_g_per_gpu_hour(site) -> float | None:
 def _host_rows(team: Team, hosts: list[Host], start: dt.datetime, end: dt.datetime) -> list[dict]:
     """Per host: energy and location-based carbon from the KPI engine's measure_gpus, cost and
     idle GPU-hours from the cost model, and the Scope 2/3 label."""
-    from greenops.costs.accounting import gpu_usage, host_costs
-
     factors = cached_factors()
     usage = gpu_usage(hosts, start, end)
     costs = {c.host.id: c for c in host_costs(hosts, usage, start, end, now=end)}
@@ -344,8 +345,6 @@ def _embodied(workload, start: dt.datetime, end: dt.datetime) -> tuple[float | N
 
 
 def _jobs(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
-    from greenops.workloads.jobs import summary
-
     qs = (TrainingJob.objects.filter(team=team, started_at__lt=end)
           .filter(models.Q(stopped_at__isnull=True) | models.Q(stopped_at__gte=start))
           .select_related("workload").order_by("started_at"))
@@ -365,8 +364,6 @@ def _jobs(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
 
 def _recommendations(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
     """The cost model's recommendations as they stood at month end (window = the month)."""
-    from greenops.costs.team_recommendations import team_recommendations
-
     days = max(1, round((end - start).total_seconds() / 86400))
     try:
         recs = team_recommendations(team, days, now=end)
@@ -416,8 +413,6 @@ def _sci(workloads: list[dict], jobs: list[dict], hosts: list[dict]) -> dict:
 def _alerts(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
     """Per alert rule that existed in the month: how often it started firing in the month and
     its state at month end (from the alerts app's state-change history)."""
-    from greenops.alerts.models import Rule, RuleEvent, State
-
     rows = []
     for rule in Rule.objects.filter(team=team, created_at__lt=end).order_by("name"):
         events = RuleEvent.objects.filter(rule=rule, at__lt=end)

@@ -20,6 +20,7 @@ from greenops.queueing import publish_on_commit
 from greenops.site import site_url as default_site_url
 from greenops.teams import audit
 from greenops.teams.models import INVITATION_PREFIX, AuditEvent, Invitation, Membership, Role, Team
+from greenops.teams.permissions import rank
 from greenops.tokens import hash_token, new_token
 
 INVITATION_TTL = timedelta(days=settings.INVITATION_TTL_DAYS)
@@ -103,6 +104,7 @@ def resend(inv: Invitation, actor, *, site_url: str | None = None) -> bool:
 
 
 def _queue_mail(invitation_id: int, base_url: str) -> None:
+    # tasks reads MAX_MAIL_ATTEMPTS from this module as it loads, so it cannot load first
     from greenops.teams.tasks import send_invitation
 
     publish_on_commit(send_invitation, invitation_id, base_url)  # broker down: the row waits
@@ -163,8 +165,6 @@ def wrong_user_message(inv: Invitation, user) -> str:
 
 def accept(token: str, user) -> Membership:
     """Join the team. A user already in the team keeps the higher of the two roles."""
-    from greenops.teams.permissions import rank
-
     inv = lookup(token)
     if not is_for(inv, user):
         raise InvitationError("wrong_user", wrong_user_message(inv, user))

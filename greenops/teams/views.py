@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -34,8 +35,6 @@ def members(request: HttpRequest, team: Team) -> HttpResponse:
     form = InviteForm(request.POST or None)
     if request.method == "POST":
         if not can_manage:
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied("members.manage needs the owner role")
         if form.is_valid():
             inv, link = invitations.invite(team, request.user, form.cleaned_data["email"],

@@ -20,7 +20,9 @@ from django.utils import timezone
 
 from greenops.errors import FieldError, invalid
 from greenops.request_body import decode_body, parse_body, parse_json
-from greenops.telemetry import late, store, wire
+
+# tasks imports this module too: each uses the other only inside functions, never at import.
+from greenops.telemetry import late, store, tasks, wire
 from greenops.telemetry.models import Gpu, Host, IngestBatch
 from greenops.tokens import hash_token
 
@@ -147,9 +149,7 @@ def accept_batch(host: Host, body: bytes, content_encoding: str | None) -> dict:
             raise FieldError(409, "conflict", "batch_id", "this batch id belongs to another host")
         return {"batch_id": str(batch.batch_id), "status": "duplicate", "samples": batch.n}
     _touch_host(host, batch.agent_version, spool)
-    from greenops.telemetry.tasks import store_batch
-
-    transaction.on_commit(lambda: _kick(store_batch, str(batch.batch_id)))
+    transaction.on_commit(lambda: _kick(tasks.store_batch, str(batch.batch_id)))
     return {"batch_id": str(batch.batch_id), "status": "queued", "samples": batch.n}
 
 
@@ -241,9 +241,7 @@ def accept_samples(auth: SamplesAuth, body: bytes, content_encoding: str | None)
         if owner != host_id:
             raise FieldError(409, "conflict", "batch_id", "this batch id belongs to another host")
         return {**answer, "status": "duplicate"}
-    from greenops.telemetry.tasks import store_batch
-
-    transaction.on_commit(lambda: _kick(store_batch, str(batch.batch_id)))
+    transaction.on_commit(lambda: _kick(tasks.store_batch, str(batch.batch_id)))
     return {**answer, "status": "queued"}
 
 
@@ -323,7 +321,7 @@ _redis_client = None
 def _redis():
     global _redis_client
     if _redis_client is None:
-        import redis
+        import redis  # only with REDIS_URL: the embedded default never loads it
 
         _redis_client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.5,
                                              socket_timeout=0.5)
@@ -474,9 +472,7 @@ def process_pending(batch_id: str) -> int | None:
     gather = _coalescing() and settings.INGEST_GROUP_WAIT_S > 0
     while claimed and time.monotonic() < deadline:
         if full and not helped and _coalescing():  # a backlog: let a second process share it
-            from greenops.telemetry.tasks import store_batch
-
-            _enqueue(store_batch, batch_id)
+            _enqueue(tasks.store_batch, batch_id)
             helped = True
         _kick_refresh()
         if gather and not full:  # let the batches arriving now make one group, not several

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.utils.text import slugify
 
 from greenops.teams.models import Team
 from greenops.telemetry.models import Gpu
@@ -43,8 +44,6 @@ class WorkloadForm(forms.ModelForm):
         self.fields["gpus"].queryset = Gpu.objects.filter(host__team=team).select_related("host")
 
     def clean_slug(self) -> str:
-        from django.utils.text import slugify
-
         slug = self.cleaned_data.get("slug") or slugify(self.cleaned_data.get("name", ""))[:100]
         if not slug:
             raise forms.ValidationError("Give the workload a name or slug")

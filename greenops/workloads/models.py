@@ -5,7 +5,10 @@ This is the first cut shared by the KPI and cost apps; the KPI work extends it.
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 from django.db import models
+from django.utils import timezone
 from django.utils.text import slugify
 
 from greenops.teams.models import Team
@@ -78,8 +81,6 @@ class Workload(models.Model):
         """Whether one GPU process (NVML name, or dcgm-exporter's namespace/pod) is this
         workload's: the name against the pattern (the whole name or its last path part), or the
         pod in the namespace starting with the prefix."""
-        from fnmatch import fnmatchcase
-
         if self.match_process and name and (
                 fnmatchcase(name, self.match_process)
                 or fnmatchcase(name.rsplit("/", 1)[-1], self.match_process)):
@@ -155,7 +156,5 @@ class TrainingJob(models.Model):
         return self.stopped_at is None
 
     def duration_s(self, now=None) -> float:
-        from django.utils import timezone
-
         end = self.stopped_at or now or timezone.now()
         return max(0.0, (end - self.started_at).total_seconds())

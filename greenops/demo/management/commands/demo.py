@@ -7,6 +7,7 @@ traffic. Ctrl-C or SIGTERM stops all of them: the agents get SIGTERM and flush t
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -31,8 +32,6 @@ def _die_with_parent() -> None:
     """In the agent's child process: Linux sends it SIGTERM if the demo dies without stopping
     it (SIGKILL, a crash), so no simulated agent outlives the demo."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass  # not Linux: the demo's own shutdown still stops its agents
