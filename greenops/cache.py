@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 
+import redis
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.cache.backends.redis import RedisCache
 
@@ -27,8 +28,6 @@ RETRY_AFTER_S = 5.0  # how long a process answers from memory before trying Redi
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:
-    import redis
-
     return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from axes.models import AccessFailureLog
 from django.conf import settings
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -38,8 +40,6 @@ def client_ip(request: HttpRequest) -> str:
 
 
 def _refused(request: HttpRequest, wait_s: int, form=None, next_url: str = "") -> HttpResponse:
-    from django.contrib.auth.forms import AuthenticationForm
-
     response = render(request, "registration/login.html",
                       {"form": form or AuthenticationForm(request), "locked_for_s": wait_s,
                        "locked_for_min": -(-wait_s // 60), "next": next_url}, status=429)
@@ -55,8 +55,6 @@ def lockout(request: HttpRequest, credentials: dict | None = None, *args, **kwar
 
 def global_failures(now: dt.datetime | None = None) -> int:
     """Failed logins site-wide in the last GLOBAL_WINDOW_S (axes' failure log)."""
-    from axes.models import AccessFailureLog
-
     since = (now or timezone.now()) - dt.timedelta(seconds=GLOBAL_WINDOW_S)
     return AccessFailureLog.objects.filter(attempt_time__gte=since).count()
 

@@ -16,6 +16,8 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
+from greenops.windows import span_words as _span_words
+
 register = template.Library()
 
 
@@ -142,8 +144,6 @@ def host_rows(team_slug: str, hosts: list[dict]) -> str:
 @register.filter
 def span_words(seconds: float | int | None) -> str:
     """A window's length as the window prints it: 2592000 -> "30 days", 3600 -> "1 hour"."""
-    from greenops.windows import span_words as words
-
     if seconds in (None, ""):
         return ""
-    return words(dt.timedelta(seconds=float(seconds)))
+    return _span_words(dt.timedelta(seconds=float(seconds)))

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class AlertsConfig(AppConfig):
@@ -7,8 +8,6 @@ class AlertsConfig(AppConfig):
     verbose_name = "KPI alerts"
 
     def ready(self) -> None:
-        from django.core import checks
-
-        from greenops.alerts import checks as alert_checks
+        from greenops.alerts import checks as alert_checks  # it reads models: apps are ready now
 
         checks.register(alert_checks.links, "alerts")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Warning as CheckWarning
 
+from greenops.alerts.models import Channel  # this module loads in AppConfig.ready()
+
 HINT = ("Set SITE_URL to the public address, e.g. https://greenops.example.com, or save the "
         "channels again from the page.")
 
@@ -16,8 +18,6 @@ def links(app_configs=None, databases=None, **kwargs) -> list[CheckWarning]:
     access is blocked): then there are no channels to judge."""
     if settings.SITE_URL:
         return []
-    from greenops.alerts.models import Channel
-
     try:
         bare = list(Channel.objects.filter(site_url="").values_list("name", flat=True)[:5])
     except Exception:  # DatabaseError, or database access refused in this process

@@ -12,11 +12,13 @@ import datetime as dt
 
 from celery import shared_task
 from django.conf import settings
+from django.core.mail import send_mail
 from django.db import connection, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from greenops.alerts import evaluate, notify
-from greenops.alerts.models import Channel, Rule, RuleValue
+from greenops.alerts.models import Channel, EmailAddress, Rule, RuleValue
 from greenops.beat import single_flight
 
 
@@ -84,11 +86,6 @@ def deliver_channel(channel_id: int) -> int:
 @shared_task
 def confirm_addresses(address_ids: list[int], site_url: str = "") -> int:
     """Mail each address outside the team a link to confirm it wants the team's alerts."""
-    from django.core.mail import send_mail
-    from django.urls import reverse
-
-    from greenops.alerts.models import EmailAddress
-
     base = (settings.SITE_URL or site_url).rstrip("/")
     n = 0
     for row in EmailAddress.objects.filter(id__in=address_ids, confirmed_at__isnull=True) \

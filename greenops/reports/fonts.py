@@ -23,6 +23,10 @@ import os
 import re
 from pathlib import Path
 
+from fontTools import subset
+from fontTools.pens.cu2quPen import Cu2QuPen
+from fontTools.pens.ttGlyphPen import TTGlyphPen
+from fontTools.ttLib import TTCollection, newTable
 from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.cidfonts import UnicodeCIDFont
 from reportlab.pdfbase.ttfonts import TTFont
@@ -100,11 +104,6 @@ def cjk_font(chars: str) -> str:
 
 def _truetype_subset(path: Path, chars: str) -> bytes:
     """The glyphs of `chars` from a CFF-outline OpenType collection, as a TrueType font."""
-    from fontTools import subset
-    from fontTools.pens.cu2quPen import Cu2QuPen
-    from fontTools.pens.ttGlyphPen import TTGlyphPen
-    from fontTools.ttLib import TTCollection, newTable
-
     collection = TTCollection(str(path), lazy=True)
     # The Simplified Chinese face if the collection has one (its Han glyphs read naturally
     # for most names), else the first.

@@ -30,7 +30,7 @@ from greenops.kpis import queries as kpi_queries
 from greenops.kpis.measure import cached_factors, measure_gpus
 from greenops.kpis.models import Period
 from greenops.teams.models import Team
-from greenops.telemetry.models import Gpu, Host, PurchaseOption
+from greenops.telemetry.models import Gpu, GpuHour, Host, PurchaseOption
 from greenops.units import J_PER_KWH
 from greenops.workloads.jobs import summary
 from greenops.workloads.models import TrainingJob, WorkloadKind
@@ -324,8 +324,6 @@ def _embodied(workload, start: dt.datetime, end: dt.datetime) -> tuple[float | N
     expected lifespan, shared by its GPUs), TiR the hours that GPU ran in the window, RR = 1
     GPU. Not a team-average rate: a workload on one GPU of a low-carbon server gets that
     server's rate. None (with the reason) when a site records none."""
-    from greenops.telemetry.models import GpuHour
-
     gpus = list(workload.gpu_queryset().select_related("host"))
     if not gpus:
         return None, "no GPUs assigned"

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 import numpy as np
+import redis
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
@@ -321,8 +322,6 @@ _redis_client = None
 def _redis():
     global _redis_client
     if _redis_client is None:
-        import redis  # only with REDIS_URL: the embedded default never loads it
-
         _redis_client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.5,
                                              socket_timeout=0.5)
     return _redis_client
