@@ -214,13 +214,14 @@ def test_budget_forecast_fires_with_its_interval(team):
     now = dt.datetime(2026, 11, 9, 6, 0, tzinfo=dt.UTC)
     evaluate.run(rule, now)
     # Actual: 88 of 300. Forecast: 88 + mean 11 x 22 remaining days = 88 + 242 = 330 >= 300.
-    # sd of the 8 days = sqrt(8 x 1 / 7) = 1.0690; 80 % interval: 330 +- 1.2816 x 1.0690 x
-    # sqrt(22) = 330 +- 6.426 -> 323.57 to 336.43.
+    # sd of the 8 days = sqrt(8 x 1 / 7) = 1.0690; 80 % prediction interval (greenops/forecast.py:
+    # the mean's own uncertainty included): 330 +- t(0.9, 7 df) 1.4149 x 1.0690 x
+    # sqrt(22 + 22^2 / 8) = 330 +- 13.739 -> 316.261 to 343.739.
     assert rule.state == State.FIRING and rule.last_value == pytest.approx(88.0)
     fc = Notification.objects.get().payload["forecast"]
     assert fc["value"] == pytest.approx(330.0)
-    assert fc["low"] == pytest.approx(323.574, abs=1e-3)
-    assert fc["high"] == pytest.approx(336.426, abs=1e-3)
+    assert fc["low"] == pytest.approx(316.261, abs=1e-3)
+    assert fc["high"] == pytest.approx(343.739, abs=1e-3)
     assert fc["days"] == 8 and fc["interval"] == "80 %"
 
 
@@ -236,9 +237,12 @@ def test_budget_actual_fires_without_forecast(team):
 
 def test_forecast_arithmetic():
     fc = evaluate.forecast_month([10.0, 20.0], 30)
-    # 30 + 15 x 28 = 450; sd = 7.0711; 1.2816 x 7.0711 x sqrt(28) = 47.95
+    # 30 + 15 x 28 = 450; a prediction interval that counts the mean's own uncertainty (issue
+    # 29 item 7, greenops/forecast.py): t(0.9, 1 df) = 3.0777, sd = 7.0711, m = 28 days left,
+    # n = 2: 3.0777 x 7.0711 x sqrt(28 + 28^2 / 2) = 446.00 -> high 896.00; low max(30, 4.00).
     assert fc.value == pytest.approx(450.0)
-    assert fc.high == pytest.approx(497.95, abs=0.01)
+    assert fc.high == pytest.approx(896.00, abs=0.01)
+    assert fc.low == pytest.approx(30.0)
 
 
 # --- host stopped reporting --------------------------------------------------------------------

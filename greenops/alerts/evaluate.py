@@ -14,14 +14,13 @@ corrected figure clears it, sends one "resolved" through the usual Recovering ->
 from __future__ import annotations
 
 import datetime as dt
-import math
-import statistics
 from dataclasses import dataclass, field
 
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from greenops import forecast
 from greenops.alerts import kpi_values, notify
 from greenops.alerts.models import (
     FIRING_STATES,
@@ -42,7 +41,6 @@ BREACH, HOLD, CLEAR, NODATA, ERROR = "breach", "hold", "clear", "nodata", "error
 # without a figure while the rule's hosts still report. The state and its age stay as they are.
 KEEP = "keep"
 # 80 % two-sided interval of a normal distribution: the forecast says "likely between".
-FORECAST_Z = 1.2816
 
 
 @dataclass
@@ -220,25 +218,10 @@ def _change(rule: Rule, scope: kpi_values.Scope, now: dt.datetime, tz) -> Outcom
     return Outcome(cond, pct, detail, fig)
 
 
-@dataclass
-class Forecast:
-    value: float
-    low: float
-    high: float
-    days: int  # complete days it is based on
-
-
-def forecast_month(daily_values: list[float], days_in_month: int) -> Forecast:
-    """Month total = complete days so far + their daily mean for each remaining day, with an
-    80 % interval assuming independent days: remaining x mean +- z x sd x sqrt(remaining)."""
-    n = len(daily_values)
-    so_far = sum(daily_values)
-    mean = so_far / n
-    remaining = days_in_month - n
-    sd = statistics.stdev(daily_values) if n > 1 else 0.0
-    spread = FORECAST_Z * sd * math.sqrt(remaining)
-    point = so_far + mean * remaining
-    return Forecast(point, max(so_far, point - spread), point + spread, n)
+def forecast_month(daily_values: list[float], days_in_month: int) -> forecast.MonthForecast:
+    """The budget rule's month forecast: greenops.forecast's, whose 80 % prediction interval
+    includes the uncertainty of the daily mean (it covers 75-85 % of simulated months)."""
+    return forecast.month_total(daily_values, days_in_month)
 
 
 def days_in_month(now: dt.datetime, tz) -> int:
@@ -274,8 +257,9 @@ def _budget(rule: Rule, scope: kpi_values.Scope, now: dt.datetime, tz) -> Outcom
             fc = forecast_month(days, days_in_month(now, tz))
             fig["forecast"] = {"value": fc.value, "low": fc.low, "high": fc.high,
                                "days": fc.days, "interval": "80 %"}
-            parts.append(f"forecast {_fmt(fc.value, unit)} (80 % interval "
-                         f"{_fmt(fc.low, unit)} to {_fmt(fc.high, unit)}, from {fc.days} days)")
+            interval = (f"80 % interval {_fmt(fc.low, unit)} to {_fmt(fc.high, unit)}"
+                        if fc.low is not None else "no interval from one day")
+            parts.append(f"forecast {_fmt(fc.value, unit)} ({interval}, from {fc.days} days)")
             breach = breach or fc.value >= budget
     return Outcome(BREACH if breach else CLEAR, spent, "; ".join(parts), fig)
 
