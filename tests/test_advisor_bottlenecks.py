@@ -17,8 +17,8 @@ from greenops.advisor import alternatives, diagnose, gpus, measure, powercap, va
 from greenops.kpis.models import KpiRollup, Period
 from greenops.telemetry.models import Gpu
 from greenops.workloads.models import Workload
-from tests.conftest import make_host
-from tests.test_advisor import profile_batch
+from tests.support.advisor import profile_batch
+from tests.support.factories import make_host
 
 
 def week() -> windows.Window:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from greenops.advisor import diagnose
+from tests.support import DATA
 from tests.test_advisor import profile_batch, workload  # noqa: F401  (fixture)
 from tests.test_advisor_bottlenecks import serve  # noqa: F401  (fixture)
 
@@ -95,9 +96,8 @@ def exporter_pages(n: int) -> list[str]:
     0.60; its energy counter rising 680 W x 60 s = 40,800,000 mJ a minute. GPU 1 keeps its
     page: no profiling fields, MEM_COPY_UTIL blank (its counter rises too, so pages differ)."""
     import re
-    from pathlib import Path
 
-    page = (Path(__file__).parent / "data" / "dcgm_exporter_1.txt").read_text()
+    page = (DATA / "dcgm_exporter_1.txt").read_text()
     values = {"DCGM_FI_DEV_GPU_UTIL": "90", "DCGM_FI_DEV_POWER_USAGE": "680.000000",
               "DCGM_FI_PROF_DRAM_ACTIVE": "0.800000",
               "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "0.050000",
@@ -128,8 +128,8 @@ def test_dcgm_exporter_text_to_a_memory_bound_diagnosis(team, post_batch):
     from collectors.energy import EnergyAccountant
     from greenops.telemetry.models import Gpu
     from greenops.workloads.models import Workload
-    from tests.conftest import make_host
-    from tests.test_agent_dcgm import URL, Clock, Pages
+    from tests.support.dcgm import URL, Clock, Pages
+    from tests.support.factories import make_host
 
     n = 61  # 61 one-minute samples: 61 GPU-minutes, over the advisor's 60
     clock = Clock()

@@ -14,8 +14,8 @@ import pytest
 
 from greenops.advisor import diagnose
 from greenops.workloads.models import Workload
-from tests.conftest import make_host
-from tests.test_advisor import profile_batch
+from tests.support.advisor import profile_batch
+from tests.support.factories import make_host
 
 
 def host_doc(start: float, n: int, cpu: float) -> dict:

@@ -9,23 +9,8 @@ import pytest
 
 from greenops import windows
 from greenops.advisor import variants
-from greenops.kpis.models import KpiRollup, Period
 from greenops.workloads.models import Workload
-
-T0 = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
-# Distinct values (no ties), so the exact Mann-Whitney distribution applies.
-FP16_J = [401_000.0, 410_000.0, 390_000.0, 405_000.0, 395_000.0, 399_000.0]  # sum 2,400,000
-INT8_J = [251_000.0, 255_000.0, 245_000.0, 260_000.0, 240_000.0, 249_000.0]  # sum 1,500,000
-
-
-def hours(team, wl, start: dt.datetime, energies: list[float]) -> None:
-    """Hour rollups as the KPI rollup writes them: 1,000 inferences an hour over the whole
-    hour, 50 % utilisation, $3.00 an hour."""
-    for i, j in enumerate(energies):
-        KpiRollup.objects.create(team=team, workload=wl, period=Period.HOUR,
-                                 bucket=start + dt.timedelta(hours=i), requests=1000,
-                                 success=1000, measured_s=3600.0, util_sum=50.0 * 60,
-                                 util_n=60, gpu_minutes=60, gpu_energy_j=j, cost_usd=3.0)
+from tests.support.advisor import FP16_J, INT8_J, T0, hours
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ Hand-computed figures (GPU 0 = GPU-9d0c..., GPU 1 = GPU-3e8a...):
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -35,35 +34,18 @@ from collectors.prometheus import parse
 from collectors.scrape import TargetError, parse_target
 from collectors.sources import NvmlSource
 from greenops.telemetry.models import GpuDay, GpuHour, GpuMinute, GpuSample
-from tests.agent_fakes import FakeNvml
+from tests.support import DATA
+from tests.support.agent_fakes import FakeNvml
+from tests.support.dcgm import URL, Clock, Pages
 
-DATA = Path(__file__).parent / "data"
 PAGES = [(DATA / name).read_text() for name in (
     "dcgm_exporter_1.txt", "dcgm_exporter_2.txt", "dcgm_exporter_3_reset.txt")]
 A = "GPU-9d0c4a7e-31b5-2f4e-8c1a-6b2d0e5f7a91"  # the exporter's gpu="0"
 B = "GPU-3e8a1f52-c7d4-9b06-a2e3-5f18c4b7d620"  # gpu="1": no profiling fields
-URL = "http://localhost:9400/metrics"
 
 
-class Pages:
-    """A fetch that answers the given pages in turn (the last one again once they run out)."""
-
-    def __init__(self, *pages: str) -> None:
-        self.pages, self.calls = list(pages), 0
-
-    def __call__(self, url: str, timeout_s: float) -> str:
-        assert url == URL
-        page = self.pages[min(self.calls, len(self.pages) - 1)]
-        self.calls += 1
-        return page
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_the_page_is_read_per_gpu_uuid_in_stored_units():

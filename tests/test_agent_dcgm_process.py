@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_fakes import FakeServer, free_port
-from tests.test_agent_process import REPO, stop_agent, wait_for
+from tests.support import DATA, ROOT
+from tests.support.agent_fakes import FakeServer, free_port
+from tests.support.agent_process import stop_agent, wait_for
 
-DATA = Path(__file__).parent / "data"
 PAGES = [(DATA / name).read_bytes() for name in (
     "dcgm_exporter_1.txt", "dcgm_exporter_2.txt", "dcgm_exporter_3_reset.txt")]
 
@@ -106,4 +106,4 @@ def start_agent_with_dcgm(tmp_path: Path, server_url: str, port: int) -> subproc
         [sys.executable, "-m", "collectors.cli", "run", "--server", server_url,
          "--config", str(config), "--nvml-lib", "tests.no_such_nvml_module",
          "--spool", str(tmp_path / "spool.db")],
-        cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)

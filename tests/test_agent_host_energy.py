@@ -25,6 +25,7 @@ from collectors.host_energy import (
 )
 from collectors.simulated import SimulatedSource
 from collectors.spool import SAMPLES_PATH, Spool
+from tests.support import ROOT
 
 # --- choosing the method, as codecarbon's ResourceTracker would -------------------------------
 
@@ -225,7 +226,6 @@ def test_real_codecarbon_gives_a_labelled_reading():
     import json
     import subprocess
     import sys
-    from pathlib import Path
 
     script = (
         "import json, time\n"
@@ -234,7 +234,7 @@ def test_real_codecarbon_gives_a_labelled_reading():
         "print(json.dumps([s.cpu_method, s.ram_method, s.version, list(s.read(0.2))]))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120, cwd=Path(__file__).resolve().parent.parent, check=True)
+                         timeout=120, cwd=ROOT, check=True)
     cpu_method, ram_method, version, r = json.loads(out.stdout.strip().splitlines()[-1])
     assert cpu_method in ("rapl", "cpu_load", "tdp", "constant") and ram_method == "model"
     assert int(version.split(".")[0]) >= 3

@@ -7,7 +7,7 @@ import json
 from collectors import cli
 
 try:
-    from tests.agent_fakes import FakeServer
+    from tests.support.agent_fakes import FakeServer
 except ImportError:  # tests/ itself on sys.path
     from agent_fakes import FakeServer
 

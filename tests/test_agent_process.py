@@ -2,7 +2,6 @@
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -10,13 +9,14 @@ from pathlib import Path
 
 from collectors import batch as wire
 from collectors.spool import Spool
+from tests.support import ROOT
+from tests.support.agent_process import stop_agent, wait_for
 
 try:
-    from tests.agent_fakes import FakeServer, free_port
+    from tests.support.agent_fakes import FakeServer, free_port
 except ImportError:  # tests/ itself on sys.path (pytest's rootdir-less import mode)
     from agent_fakes import FakeServer, free_port
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def start_agent(tmp_path: Path, server_url: str, *extra: str) -> subprocess.Popen:
@@ -36,7 +36,7 @@ def start_agent(tmp_path: Path, server_url: str, *extra: str) -> subprocess.Pope
             "--config",
             str(config),
             "--nvml-lib",
-            "tests.agent_fakes",
+            "tests.support.agent_fakes",
             "--spool",
             str(tmp_path / "spool.db"),
             "--interval",
@@ -45,18 +45,13 @@ def start_agent(tmp_path: Path, server_url: str, *extra: str) -> subprocess.Pope
             "0.2",
             *extra,
         ],
-        cwd=REPO,
+        cwd=ROOT,
         env=env,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
-def stop_agent(proc: subprocess.Popen) -> tuple[int, str, float]:
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=15)
-    return proc.returncode, stderr, time.monotonic() - started
 
 
 def samples_taken(stderr: str) -> int:
@@ -65,11 +60,6 @@ def samples_taken(stderr: str) -> int:
     return int(match.group(1))
 
 
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def spooled_depth(path: Path) -> int:

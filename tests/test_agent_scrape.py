@@ -10,7 +10,6 @@ import http.server
 import math
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -28,13 +27,13 @@ from collectors.scrape import (
 from collectors.shipper import Shipper
 from collectors.spool import Spool
 from collectors.transport import HttpTransport
+from tests.support import DATA, ROOT
 
 try:
-    from tests.agent_fakes import FakeServer
+    from tests.support.agent_fakes import FakeServer
 except ImportError:  # tests/ itself on sys.path
     from agent_fakes import FakeServer
 
-DATA = Path(__file__).resolve().parent / "data"
 VLLM_LE = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
            120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
 
@@ -417,10 +416,10 @@ def test_a_real_agent_process_scrapes_and_ships_windows(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("GREENOPS_")}
     env.update(AGENT_FAKES_GPUS="1", GREENOPS_TOKEN="tok")
-    repo = Path(__file__).resolve().parent.parent
+    repo = ROOT
     proc = subprocess.Popen(
         [sys.executable, "-m", "collectors.cli", "run", "--server", server.url, "--config",
-         str(config), "--nvml-lib", "tests.agent_fakes", "--spool", str(tmp_path / "s.db"),
+         str(config), "--nvml-lib", "tests.support.agent_fakes", "--spool", str(tmp_path / "s.db"),
          "--interval", "0.05", "--batch-seconds", "0.3"],
         cwd=repo, env=env, stderr=subprocess.PIPE, text=True)
     try:

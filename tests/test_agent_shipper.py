@@ -15,7 +15,7 @@ from collectors.spool import Spool
 from collectors.transport import HttpTransport, Response, parse_retry_after
 
 try:
-    from tests.agent_fakes import FakeServer, free_port
+    from tests.support.agent_fakes import FakeServer, free_port
 except ImportError:  # tests/ itself on sys.path (pytest's rootdir-less import mode)
     from agent_fakes import FakeServer, free_port
 

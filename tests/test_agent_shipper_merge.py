@@ -18,7 +18,7 @@ from collectors.spool import Spool
 from collectors.transport import Response
 
 try:
-    from tests.agent_fakes import FakeServer
+    from tests.support.agent_fakes import FakeServer
 except ImportError:  # tests/ itself on sys.path
     from agent_fakes import FakeServer
 
@@ -168,7 +168,7 @@ def no_queue(monkeypatch):
 def test_merged_posts_store_every_sample_once_through_lost_answers_and_crashes(
         team, client, spool, no_queue, monkeypatch):
     from greenops.telemetry.models import GpuMinute, GpuSample, IngestBatch
-    from tests.conftest import make_host
+    from tests.support.factories import make_host
 
     _, token = make_host(team, name="merging", gpus=2)
     ids = spool_batches(spool, 6, per=8)  # 48 samples

@@ -3,19 +3,18 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from collectors.simulated import SimulatedSource
 from collectors.sources import NvmlSource, NvmlUnavailable, load_nvml_lib
+from tests.support import ROOT
 
 try:
-    from tests.agent_fakes import NVML_ERROR_GPU_IS_LOST, FakeNvml, NVMLError
+    from tests.support.agent_fakes import NVML_ERROR_GPU_IS_LOST, FakeNvml, NVMLError
 except ImportError:  # tests/ itself on sys.path (pytest's rootdir-less import mode)
     from agent_fakes import NVML_ERROR_GPU_IS_LOST, FakeNvml, NVMLError
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_readings_are_converted_to_wire_units():
@@ -105,7 +104,7 @@ def _cli(*args, env_extra=None, tmp_path=None):
     env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "collectors.cli", *args],
-        cwd=REPO,
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
@@ -127,7 +126,7 @@ def test_cli_without_driver_prints_one_line_and_exits_2(tmp_path):
         "--spool",
         str(tmp_path / "spool.db"),
         "--nvml-lib",
-        "tests.agent_fakes",
+        "tests.support.agent_fakes",
         env_extra={"AGENT_FAKES_INIT_ERROR": "9"},
     )
     assert proc.returncode == 2

@@ -6,6 +6,7 @@ import pytest
 
 from collectors import batch as wire
 from collectors.spool import Spool
+from tests.support import ROOT
 
 
 def _put(spool: Spool, n: int, size: int = 10) -> list[str]:
@@ -100,7 +101,6 @@ def test_oldest_age(tmp_path):
 def test_status_command(tmp_path):
     import subprocess
     import sys
-    from pathlib import Path
 
     spool = Spool(tmp_path / "s.db")
     _put(spool, 2)
@@ -116,7 +116,7 @@ def test_status_command(tmp_path):
             "--config",
             str(_empty_toml(tmp_path)),
         ],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=30,

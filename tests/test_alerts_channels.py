@@ -7,8 +7,6 @@ import datetime as dt
 import hashlib
 import hmac
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.utils import timezone
@@ -16,41 +14,11 @@ from django.utils import timezone
 from greenops.alerts import channels, crypto, evaluate, notify
 from greenops.alerts.models import Channel, Notification
 from greenops.errors import FieldError
-from tests.alerts_fixtures import NOW, hour, make_rule, rollup
+from tests.support.alerts import NOW, Receiver, hour, make_rule, rollup
 
 pytestmark = pytest.mark.django_db
 
 
-class Receiver:
-    """A loopback HTTP server that records requests and answers with `status`."""
-
-    def __init__(self, status: int = 200) -> None:
-        self.status = status
-        self.requests: list = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.requests.append((self.path, self.headers, body))  # case-insensitive
-                self.send_response(receiver.status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Receiver:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def webhook(team, url: str, name: str = "hook") -> tuple[Channel, str]:

@@ -14,7 +14,7 @@ import pytest
 from greenops.alerts import evaluate, notify
 from greenops.alerts.evaluate import BREACH, CLEAR, HOLD, next_state
 from greenops.alerts.models import Notification, State
-from tests.alerts_fixtures import NOW, email_channel, hour, make_rule, rollup
+from tests.support.alerts import NOW, email_channel, hour, make_rule, rollup
 
 pytestmark = pytest.mark.django_db
 MIN = dt.timedelta(minutes=1)
@@ -344,7 +344,7 @@ def test_budget_month_is_the_team_calendar_month(team):
 
 def test_idle_gpu_hours_and_idle_cost_of_a_host(team, host):
     from greenops.costs.catalog import host_price
-    from tests.test_kpis_measure import add_gpu_hour
+    from tests.support.kpis import add_gpu_hour
 
     h, _ = host  # p4d.24xlarge in us-east-1, on demand, with 2 GPUs registered
     g0, g1 = h.gpus.order_by("index")

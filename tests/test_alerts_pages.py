@@ -10,8 +10,7 @@ from django.utils import timezone
 
 from greenops.alerts import channels, evaluate
 from greenops.alerts.models import Rule
-from tests.alerts_fixtures import make_rule, rollup
-from tests.test_alerts_permissions import RULE_FORM
+from tests.support.alerts import RULE_FORM, make_rule, rollup
 
 pytestmark = pytest.mark.django_db
 

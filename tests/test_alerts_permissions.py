@@ -15,13 +15,9 @@ import pytest
 from greenops.alerts import channels
 from greenops.alerts.models import Channel, Rule
 from greenops.teams.permissions import MATRIX, ROLE_ORDER
-from tests.alerts_fixtures import make_rule
-from tests.test_teams_permissions import ROLES, _patterns
+from tests.support.alerts import RULE_FORM, make_rule
+from tests.support.permissions import ROLES, _patterns
 
-RULE_FORM = {"name": "Idle GPUs", "kind": "threshold", "kpi": "gpu_util_pct", "window": "1h",
-             "direction": "below", "fire_level": "10", "for_minutes": "5",
-             "keep_firing_minutes": "0", "no_data": "nodata", "repeat_minutes": "240",
-             "enabled": "on"}
 RULE_JSON = {"name": "Idle GPUs", "kind": "threshold", "kpi": "gpu_util_pct",
              "direction": "below", "fire_level": 10}
 

@@ -12,10 +12,9 @@ from django.utils import timezone
 
 from greenops.alerts import channels, tasks
 from greenops.alerts.models import Notification, RuleEvent
-from tests.alerts_fixtures import make_rule, rollup
-from tests.celery_worker import celery_worker
-from tests.test_alerts_channels import Receiver
-from tests.test_e2e_pipeline import wait_for
+from tests.support.alerts import Receiver, make_rule, rollup
+from tests.support.celery_worker import celery_worker
+from tests.support.polling import wait_for
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from schemathesis.checks import (
 from greenops.api.v1 import api
 from greenops.teams.models import ApiToken
 from greenops.workloads.models import Workload
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 ERROR_KEYS = {"error", "field", "message"}
 

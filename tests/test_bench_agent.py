@@ -2,7 +2,7 @@
 number of joules to the fake GPU's energy counter per repeat, so every figure is known.
 
 Each test builds a "base" and a "head" checkout (a profile.json: joules per repeat, the
-inferences done) and runs the real CLI with --nvml-lib tests.bench_fakes.
+inferences done) and runs the real CLI with --nvml-lib tests.support.bench_fakes.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 from collectors import bench, cli
 from collectors import bench_gate as gate
 from collectors.sources import NvmlSource
-from tests.bench_fakes import CounterFileNvml, write_profile
+from tests.support import ROOT
+from tests.support.bench_fakes import CounterFileNvml, write_profile
 
-ROOT = Path(__file__).resolve().parent.parent
-FAKE_BENCH = [sys.executable, "-m", "tests.bench_fakes"]
+FAKE_BENCH = [sys.executable, "-m", "tests.support.bench_fakes"]
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def run_cli(head: Path, *flags: str, monkeypatch) -> int:
     monkeypatch.chdir(head)
     # Throughput is real wall time of a Python start-up on a shared CI machine: noise these
     # tests do not control, so it gets a tolerance it cannot exceed; energy is exact.
-    argv = ["bench", "--workload", "ranker", "--nvml-lib", "tests.bench_fakes",
+    argv = ["bench", "--workload", "ranker", "--nvml-lib", "tests.support.bench_fakes",
             "--no-host-energy", "--commit", "c0ffee", "--branch", "feature",
             "--tolerance", "throughput_per_s=100", *flags, "--", *FAKE_BENCH]
     return cli.main(argv)
@@ -138,7 +138,7 @@ def test_a_failing_command_is_a_clear_error_not_a_verdict(tmp_path, fake_gpu, mo
 def test_a_command_that_does_not_write_its_count(tmp_path, fake_gpu, monkeypatch, capsys):
     head = write_profile(tmp_path / "head", [100.0])
     monkeypatch.chdir(head)
-    rc = cli.main(["bench", "--workload", "ranker", "--nvml-lib", "tests.bench_fakes",
+    rc = cli.main(["bench", "--workload", "ranker", "--nvml-lib", "tests.support.bench_fakes",
                    "--no-host-energy", "--warmup", "0", "--count-from", "result.json", "--",
                    sys.executable, "-c", "pass"])
     assert rc == 2
@@ -222,8 +222,9 @@ def test_no_gpu_with_a_gate_asked_is_inconclusive_not_an_error(tmp_path, fake_gp
     report = tmp_path / "gate.md"
     # A module whose nvmlInit fails as on a runner without the driver (error 9, not loaded).
     monkeypatch.setenv("AGENT_FAKES_INIT_ERROR", "9")
-    monkeypatch.setattr("tests.agent_fakes._module_fake", None)
-    argv = ["bench", "--workload", "ranker", "--nvml-lib", "tests.agent_fakes", "--count", "10",
+    monkeypatch.setattr("tests.support.agent_fakes._module_fake", None)
+    argv = ["bench", "--workload", "ranker", "--nvml-lib", "tests.support.agent_fakes",
+            "--count", "10",
             "--no-host-energy", "--baseline", str(tmp_path / "main.json"), "--report",
             str(report), "--", *FAKE_BENCH]
     assert cli.main(argv) == 3

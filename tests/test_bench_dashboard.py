@@ -15,15 +15,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import psycopg
 import pytest
 from django.db import connection
 
 from greenops.telemetry.queries import RANGES
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 
 def load_bench():

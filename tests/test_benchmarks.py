@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -18,46 +16,9 @@ from greenops.benchmarks.models import Acknowledgement, BenchmarkRun, BenchmarkS
 from greenops.errors import FieldError
 from greenops.teams.models import ApiToken
 from greenops.workloads.models import Workload
-from tests.bench_fakes import write_profile
-
-HW = "NVIDIA A100-SXM4-40GB 400 W 1410 MHz | driver 550.54.15"
-BASE_J = [100.0, 100.5, 99.5, 100.2, 99.8]
-
-
-def run_doc(regress_pct: float = 0.0, workload: str = "ranker", branch: str = "feature",
-            commit: str = "c0ffee00", source: str = "nvml", hardware_key: str = HW,
-            gated: bool = True, count: int = 1000) -> dict:
-    """A run as `greenops-agent bench --base-dir` posts it: 5 base and 5 head repeats of
-    ~100 J for 1,000 inferences, the head's energy scaled by (1 + regress_pct/100)."""
-    samples = []
-    for role, scale in (("base", 1.0), ("head", 1 + regress_pct / 100)):
-        for i, j in enumerate(BASE_J):
-            e = j * scale
-            samples.append({"role": role, "index": i, "wall_s": 2.0, "gpu_energy_j": e,
-                            "energy_method": "counter", "cpu_ram_energy_j": None,
-                            "avg_power_w": e / 2.0, "gpu_util_pct": 90.0, "count": count,
-                            "throughput_per_s": count / 2.0, "energy_per_inference_j": e / count,
-                            "it_energy_per_inference_j": None, "p99_ms": None, "co2e_g": None,
-                            "cost_usd": None, "cost_per_1k_usd": None})
-    comparison = None
-    if gated:
-        def values(role):
-            return {k.key: [s[k.key] for s in samples if s["role"] == role] for k in gate.KPIS}
-        if source == "simulated":
-            comparison = gate.all_inconclusive("simulated GPUs: a simulated run is never gated",
-                                               "merge base", head=values("head")).as_dict()
-        else:
-            comparison = gate.compare(values("base"), values("head"),
-                                      "merge base 1a2b3c4d, interleaved").as_dict()
-    return {"run_id": str(uuid.uuid4()), "workload": workload, "source": source,
-            "agent_version": "0.1.0", "commit": commit, "branch": branch,
-            "base_commit": "1a2b3c4d", "command": "python bench.py", "started_at": time.time(),
-            "labels": {"model": "resnet50"},
-            "hardware": {"gpus": [{"index": 0, "name": "NVIDIA A100-SXM4-40GB"}],
-                         "driver_version": "550.54.15", "source": source},
-            "hardware_key": hardware_key, "host_energy": None,
-            "settings": {"repeat": 5, "warmup": 1}, "samples": samples,
-            "comparison": comparison}
+from tests.support import ROOT
+from tests.support.bench_fakes import write_profile
+from tests.support.benchmarks import BASE_J, HW, run_doc
 
 
 @pytest.fixture
@@ -248,7 +209,7 @@ def live_setup(transactional_db, team, tmp_path, monkeypatch):
     Workload.objects.create(team=team, name="Ranker", slug="ranker", kind="inference")
     token = ApiToken.issue(team, "ci")[1]
     monkeypatch.setenv("BENCH_FAKES_ENERGY_FILE", str(tmp_path / "energy_mj"))
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("GREENOPS_API_TOKEN", token)
     for var in ("GREENOPS_SERVER", "GITHUB_SHA", "CI_COMMIT_SHA", "GITHUB_HEAD_REF",
                 "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BENCH_FAKES_DRIVER"):
@@ -260,11 +221,11 @@ def test_agent_gates_against_the_servers_history_end_to_end(live_server, live_se
                                                             monkeypatch, capsys):
     def bench(directory: Path, commit: str, branch: str, *flags: str) -> int:
         monkeypatch.chdir(directory)
-        return cli.main(["bench", "--workload", "ranker", "--nvml-lib", "tests.bench_fakes",
+        return cli.main(["bench", "--workload", "ranker", "--nvml-lib", "tests.support.bench_fakes",
                          "--no-host-energy", "--server", live_server.url, "--warmup", "0",
                          "--count", "1000", "--commit", commit, "--branch", branch,
                          "--tolerance", "throughput_per_s=100", *flags,
-                         "--", sys.executable, "-m", "tests.bench_fakes"])
+                         "--", sys.executable, "-m", "tests.support.bench_fakes"])
 
     main_dir = write_profile(tmp_path / "main", BASE_J)
     pr_dir = write_profile(tmp_path / "pr", [j * 1.2 for j in BASE_J])

@@ -16,10 +16,9 @@ import pytest
 from greenops.telemetry import store, wire
 from greenops.telemetry.ingest import known_gpus
 from greenops.workloads.models import Workload
-from tests.browser import log_in, page  # noqa: F401  (fixture)
-from tests.conftest import make_host
-from tests.test_advisor import profile_batch
-from tests.test_advisor_variants import FP16_J, INT8_J, T0, hours
+from tests.support.advisor import FP16_J, INT8_J, T0, hours, profile_batch
+from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.factories import make_host
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -14,9 +14,9 @@ from greenops import windows
 from greenops.alerts import channels, tasks
 from greenops.alerts.models import Notification, Rule
 from greenops.kpis import rollup
-from tests.browser import log_in, page  # noqa: F401  (fixture)
-from tests.conftest import make_host
-from tests.test_kpis_measure import add_gpu_hour
+from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.factories import make_host
+from tests.support.kpis import add_gpu_hour
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SHOTS = os.environ.get("SHOTS_DIR", "")
@@ -99,7 +99,7 @@ def test_create_fire_silence_and_see_the_notification(live_server, page, users, 
 
 
 def test_admin_adds_a_webhook_and_sends_a_real_test(live_server, page, users, team):  # noqa: F811
-    from tests.test_alerts_channels import Receiver
+    from tests.support.alerts import Receiver
 
     with Receiver() as rx:
         log_in(page, live_server.url, "owner", "pw-owner")

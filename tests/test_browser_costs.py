@@ -10,9 +10,9 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from tests.browser import log_in, page  # noqa: F401  (fixture)
-from tests.conftest import make_host
-from tests.test_costs_accounting import add_hours, enrolled
+from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.costs import add_hours, enrolled
+from tests.support.factories import make_host
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SHOTS = Path("/work/notes/shots")

@@ -11,9 +11,9 @@ import pytest
 
 from greenops.telemetry import host_samples
 from greenops.telemetry.models import Gpu
-from tests.browser import log_in, page  # noqa: F401  (fixture)
-from tests.conftest import make_host
-from tests.test_host_activity import host_doc
+from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.factories import make_host
+from tests.support.host_activity import host_doc
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SHOTS = Path("/work/notes/shots")

@@ -14,14 +14,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support import ROOT
+from tests.support.browser import log_in, page  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_add_host_and_see_it_come_online(live_server, page, users, team,  # noqa: F811
@@ -46,12 +45,13 @@ def test_add_host_and_see_it_come_online(live_server, page, users, team,  # noqa
     assert pip.returncode == 0, pip.stderr
     script = site / "bin" / "greenops-agent"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GREENOPS_")}
-    # The installed package first; the repository only for tests.agent_fakes.
-    env.update(PYTHONPATH=f"{site}{os.pathsep}{REPO}", AGENT_FAKES_GPUS="2")
+    # The installed package first; the repository only for tests.support.agent_fakes.
+    env.update(PYTHONPATH=f"{site}{os.pathsep}{ROOT}", AGENT_FAKES_GPUS="2")
     config = tmp_path / "agent.toml"
     enroll = subprocess.run(
         [str(script), "enroll", "--server", server, "--token", token, "--config", str(config),
-         "--nvml-lib", "tests.agent_fakes", "--metadata-url", "off", "--name", "browser-node"],
+         "--nvml-lib", "tests.support.agent_fakes", "--metadata-url", "off",
+         "--name", "browser-node"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert enroll.returncode == 0, enroll.stderr
 

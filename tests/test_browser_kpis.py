@@ -11,9 +11,9 @@ from django.utils import timezone
 from greenops import windows
 from greenops.kpis import rollup
 from greenops.workloads.models import TrainingJob, Workload
-from tests.browser import log_in, page  # noqa: F401  (fixture)
-from tests.conftest import make_host
-from tests.test_kpis_measure import add_gpu_hour, add_windows, stand_in_factors
+from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.factories import make_host
+from tests.support.kpis import add_gpu_hour, add_windows, stand_in_factors
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from tests.browser import log_in, page  # noqa: F401  (fixture)
-from tests.conftest import make_batch
+from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.factories import make_batch
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

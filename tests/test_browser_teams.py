@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from tests.browser import log_in, page  # noqa: F401  (fixture)
-from tests.test_carbon_emissions_csv import RUN_A, V2_CSV
+from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.carbon import RUN_A, V2_CSV
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -7,9 +7,9 @@ import pytest
 
 from collectors.client import GreenOpsClient
 from greenops.kpis import rollup
+from greenops.kpis.measure import Factors, HourlyPrice, SiteFactors
 from greenops.kpis.models import InferenceWindow
-from tests.browser import log_in, page  # noqa: F401  (fixture)
-from tests.test_kpis_measure import Factors, HourlyPrice, SiteFactors
+from tests.support.browser import log_in, page  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

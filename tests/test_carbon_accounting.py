@@ -10,16 +10,15 @@ import csv
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from greenops.carbon import accounting, intensity
 from greenops.carbon.models import HostSite, Site
-from tests.conftest import make_host
+from tests.support import ROOT
+from tests.support.factories import make_host
 
 CC = intensity.codecarbon_dir()
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def country_g(iso3: str) -> float:

@@ -9,7 +9,6 @@ a subprocess against a live server.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,45 +17,15 @@ import uuid
 
 import pytest
 
-from greenops.carbon import intensity
 from greenops.carbon.models import Emission, Experiment, Run
 from greenops.teams.models import ApiToken
-
-BASE = "/api/codecarbon"
-EXPERIMENT = "5b0fa12a-3dd7-45bb-9766-cc326314d9f1"  # codecarbon's default experiment_id
-
-
-def load_schemas():
-    path = intensity.codecarbon_dir() / "core" / "schemas.py"
-    spec = importlib.util.spec_from_file_location("codecarbon_schemas_for_tests", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-schemas = load_schemas()
-
-
-def run_payload(experiment_id: str = EXPERIMENT) -> dict:
-    # As ApiClient._create_run builds it (codecarbon 3.3).
-    return dataclasses.asdict(schemas.RunCreate(
-        timestamp="2026-11-30T10:00:00.123456+01:00", experiment_id=experiment_id,
-        os="Linux-6.8.0-x86_64-with-glibc2.39", python_version="3.11.7",
-        codecarbon_version="3.3.2", cpu_count=32, cpu_model="AMD EPYC 7543 32-Core Processor",
-        gpu_count=1, gpu_model="1 x NVIDIA A100-SXM4-40GB", longitude=None, latitude=None,
-        region="virginia", provider="aws", ram_total_size=251.5, tracking_mode="machine",
-    ))
-
-
-def emission_payload(run_id: str, ts: str, **energy) -> dict:
-    values = dict(duration=60, emissions_sum=0.0125, emissions_rate=0.0125 / 60,
-                  cpu_power=42.5, gpu_power=250.0, ram_power=20.0, cpu_energy=0.0007,
-                  gpu_energy=0.004, ram_energy=0.0003, energy_consumed=0.005,
-                  cpu_utilization_percent=35.0, gpu_utilization_percent=97.0,
-                  ram_utilization_percent=12.0, wue=0)
-    values.update(energy)
-    return dataclasses.asdict(schemas.EmissionCreate(timestamp=ts, run_id=run_id, **values))
-
+from tests.support.carbon import (
+    BASE,
+    EXPERIMENT,
+    emission_payload,
+    run_payload,
+    schemas,
+)
 
 # codecarbon 2.8's EmissionCreate has no utilisation fields and no wue.
 V2_EMISSION_KEYS = {"timestamp", "run_id", "duration", "emissions_sum", "emissions_rate",

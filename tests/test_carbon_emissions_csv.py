@@ -16,29 +16,7 @@ from greenops.carbon.models import Emission, Run
 from greenops.carbon.runs import runs_with_totals
 from greenops.errors import FieldError
 from greenops.teams.models import ApiToken
-
-RUN_A = "8a1b6c4e-1111-4d7a-9a64-0a5f3c2d1e01"
-RUN_B = "8a1b6c4e-2222-4d7a-9a64-0a5f3c2d1e02"
-EXP = "5b0fa12a-3dd7-45bb-9766-cc326314d9f1"
-
-# codecarbon 2.8.4 writes EmissionsData fields in declaration order (pandas to_csv, NaN -> "").
-V2_CSV = (
-    "timestamp,project_name,run_id,experiment_id,duration,emissions,emissions_rate,cpu_power,"
-    "gpu_power,ram_power,cpu_energy,gpu_energy,ram_energy,energy_consumed,country_name,"
-    "country_iso_code,region,cloud_provider,cloud_region,os,python_version,codecarbon_version,"
-    "cpu_count,cpu_model,gpu_count,gpu_model,longitude,latitude,ram_total_size,tracking_mode,"
-    "on_cloud,pue\n"
-    f"2026-11-29T12:00:00,codecarbon,{RUN_A},{EXP},600.5,0.05,8.3e-05,42.5,300.0,11.8,0.007,"
-    "0.05,0.002,0.059,Germany,DEU,hesse,,,Linux-6.8,3.11.7,2.8.4,32,AMD EPYC 7543,1,"
-    "1 x NVIDIA A100,8.7,50.1,31.4,machine,N,1.0\n"
-    f"2026-11-29T13:00:00,codecarbon,{RUN_B},{EXP},120.0,0.01,8.3e-05,42.5,0.0,11.8,0.0014,"
-    "0.0,0.0004,0.0018,Germany,DEU,hesse,,,Linux-6.8,3.11.7,2.8.4,32,AMD EPYC 7543,,,8.7,50.1,"
-    "31.4,machine,N,1.0\n"
-    # RUN_A stopped again later: its totals grew; this row is the run.
-    f"2026-11-29T14:00:00,codecarbon,{RUN_A},{EXP},900.0,0.08,8.9e-05,42.5,300.0,11.8,0.0105,"
-    "0.075,0.003,0.0885,Germany,DEU,hesse,,,Linux-6.8,3.11.7,2.8.4,32,AMD EPYC 7543,1,"
-    "1 x NVIDIA A100,8.7,50.1,31.4,machine,N,1.0\n"
-)
+from tests.support.carbon import EXP, RUN_A, RUN_B, V2_CSV, _replace_cell
 
 WRITE_V3 = """
 import sys
@@ -110,13 +88,6 @@ def test_reupload_is_idempotent(team):
     assert Run.objects.count() == 2 and Emission.objects.count() == 2
 
 
-def _replace_cell(text: str, line: int, column: str, value: str) -> str:
-    lines = text.splitlines()
-    header = lines[0].split(",")
-    cells = lines[line - 1].split(",")
-    cells[header.index(column)] = value
-    lines[line - 1] = ",".join(cells)
-    return "\n".join(lines) + "\n"
 
 
 @pytest.mark.parametrize(

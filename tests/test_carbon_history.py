@@ -14,7 +14,7 @@ from greenops.energy import it_energy
 from greenops.kpis import queries, rollup
 from greenops.kpis.models import Period
 from greenops.telemetry.models import GpuHour
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 HOUR = dt.timedelta(hours=1)
 

@@ -4,37 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-import uuid
 
 import orjson
 import pytest
 
 from greenops.carbon import host_energy
 from greenops.carbon.models import HostEnergyHour, HostEnergySample
-from tests.conftest import gz, make_host
-
-HOUR = 3600.0
-
-
-def hour_start(now: float) -> float:
-    # A whole hour two hours back, so samples never fall in the future.
-    return (int(now // HOUR) - 2) * HOUR
-
-
-def energy_batch(ts: list[float], cpu_method="rapl", ram_method="model", **overrides) -> dict:
-    n = len(ts)
-    doc = {
-        "batch_id": str(uuid.uuid4()), "agent_version": "0.3.0", "source": "codecarbon",
-        "codecarbon_version": "3.3.2", "tracking_mode": "machine",
-        "samples": {
-            "ts": ts,
-            "cpu_power_w": [40.0] * n, "cpu_energy_j": [600.0] * n,
-            "ram_power_w": [6.0] * n, "ram_energy_j": [90.0] * n,
-            "cpu_method": [cpu_method] * n, "ram_method": [ram_method] * n,
-        },
-    }
-    doc.update(overrides)
-    return doc
+from tests.support.carbon import HOUR, energy_batch, hour_start
+from tests.support.factories import gz, make_host
 
 
 @pytest.fixture

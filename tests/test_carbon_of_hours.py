@@ -12,7 +12,7 @@ from greenops.carbon.accounting import SiteFactors, carbon_of
 from greenops.carbon.models import HostSite, Site
 from greenops.energy import HourEnergy, ItEnergy
 from greenops.telemetry.models import Host
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 H = dt.datetime(2026, 3, 2, 10, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)

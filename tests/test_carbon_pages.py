@@ -8,7 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from greenops.carbon import emissions_csv
 from greenops.carbon.models import HostSite, Run, Site
 from greenops.teams.models import Membership, Role
-from tests.test_carbon_emissions_csv import V2_CSV
+from tests.support.carbon import V2_CSV
 
 PAGES = ("carbon-runs", "carbon-sites")
 

@@ -15,8 +15,7 @@ import yaml
 from django.conf import settings
 
 from greenops.celery import app as celery_app
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 
 def services() -> dict[str, dict]:

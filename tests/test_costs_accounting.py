@@ -10,49 +10,18 @@ import pytest
 from greenops.costs.accounting import collect, team_costs
 from greenops.costs.catalog import host_price, hourly_price, is_stale
 from greenops.costs.models import INTERRUPTION_BANDS, HostCostConfig, Price, PriceMethod
-from greenops.telemetry.models import GpuHour, GpuMinute, Host
+from greenops.telemetry.models import GpuHour
 from greenops.workloads.models import Workload
-from tests.conftest import make_host
+from tests.support.costs import END, NOW, add_hours, enrolled, set_price
+from tests.support.factories import make_host
 
-NOW = dt.datetime(2026, 11, 30, 6, 30, tzinfo=dt.UTC)
-END = dt.datetime(2026, 11, 30, 6, 0, tzinfo=dt.UTC)  # window end: start of the current hour
 P4D_OD = 32.7726
 
 
-def set_price(instance_type: str, region: str, option: str, usd: str, *, as_of=None,
-              term_years=None, payment="", band="") -> Price:
-    price, _ = Price.objects.update_or_create(
-        provider="aws", region=region, instance_type=instance_type, option=option,
-        term_years=term_years, payment=payment,
-        defaults={"usd_per_hour": Decimal(usd), "method": PriceMethod.PRICE_LIST_API,
-                  "source": "test", "as_of": as_of or NOW - dt.timedelta(days=1),
-                  "interruption_band": band},
-    )
-    return price
 
 
-def add_hours(gpu, n: int, util: float, *, end=END, kwh_per_hour: float = 0.3,
-              mem_mib: float = 20_000.0, minutes: bool = True) -> None:
-    """n hours ending at `end`, as the rollups hold them: one GpuHour row per hour and (unless
-    `minutes` is off) its 60 GpuMinute rows at the same utilisation."""
-    GpuHour.objects.bulk_create([
-        GpuHour(gpu=gpu, bucket=end - dt.timedelta(hours=i + 1), samples=60, util_sum=util * 60,
-                util_n=60, energy_j=kwh_per_hour * 3_600_000, mem_used_max_mib=mem_mib)
-        for i in range(n)
-    ])
-    if minutes:
-        GpuMinute.objects.bulk_create([
-            GpuMinute(gpu=gpu, bucket=end - dt.timedelta(hours=i + 1, minutes=-m), samples=1,
-                      util_sum=util, util_n=1, energy_j=kwh_per_hour * 60_000,
-                      mem_used_max_mib=mem_mib)
-            for i in range(n) for m in range(60)
-        ], batch_size=5000)
 
 
-def enrolled(host, at: dt.datetime, removed: dt.datetime | None = None) -> None:
-    """created_at is auto_now_add: set it (and removed_at) the way an old host has them."""
-    Host.objects.filter(pk=host.pk).update(created_at=at, removed_at=removed)
-    host.refresh_from_db()
 
 
 @pytest.fixture

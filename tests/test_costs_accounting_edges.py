@@ -34,9 +34,16 @@ from greenops.energy import HourEnergy, ItEnergy, it_energy
 from greenops.telemetry.models import GpuHour, GpuMinute, Host
 from greenops.windows import floor_hour
 from greenops.workloads.models import TrainingJob, Workload
-from tests.conftest import make_host
-from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
-from tests.test_costs_terms_history import only_prices, switch_to_reserved
+from tests.support.costs import (
+    END,
+    NOW,
+    add_hours,
+    enrolled,
+    only_prices,
+    set_price,
+    switch_to_reserved,
+)
+from tests.support.factories import make_host
 
 J_PER_KWH = 3_600_000
 HOUR_ = dt.timedelta(hours=1)

@@ -12,7 +12,7 @@ import pytest
 from greenops.costs.catalog import DATA_DIR, SNAPSHOTS, host_price, is_stale
 from greenops.costs.models import InstanceType, Price, PriceMethod
 from greenops.telemetry.models import PurchaseOption
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 CLOUD = DATA_DIR / "cloud_prices_2025-01-01.json"
 SKYPILOT_GCP = ("https://github.com/skypilot-org/skypilot-catalog/blob/"

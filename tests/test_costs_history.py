@@ -11,8 +11,8 @@ from greenops.costs.accounting import collect, team_costs
 from greenops.costs.models import PricePeriod
 from greenops.kpis import queries, rollup
 from greenops.kpis.models import Period
-from tests.conftest import make_host
-from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
+from tests.support.costs import END, NOW, add_hours, enrolled, set_price
+from tests.support.factories import make_host
 
 DAY = dt.timedelta(days=1)
 WEEK = dt.timedelta(days=7)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.test_embedded_default import ROOT, embedded_env
+from tests.support import ROOT
+from tests.support.embedded import embedded_env
 
 CHECK = r"""
 import django

@@ -15,8 +15,8 @@ from greenops.costs.team_recommendations import team_recommendations
 from greenops.kpis import queries, rollup
 from greenops.kpis.models import Period
 from greenops.telemetry.models import GpuHour, GpuMinute
-from tests.conftest import make_host
-from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
+from tests.support.costs import END, NOW, add_hours, enrolled, set_price
+from tests.support.factories import make_host
 
 WEEK = dt.timedelta(days=7)
 

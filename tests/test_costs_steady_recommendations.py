@@ -8,8 +8,8 @@ import pytest
 
 from greenops.carbon.models import HostSite, Site
 from greenops.costs.team_recommendations import team_recommendations
-from tests.conftest import make_host
-from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
+from tests.support.costs import END, NOW, add_hours, enrolled, set_price
+from tests.support.factories import make_host
 
 
 def recs(team, days: int, **kw) -> list[dict]:

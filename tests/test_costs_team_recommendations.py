@@ -9,8 +9,8 @@ import pytest
 
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.workloads.models import Workload
-from tests.conftest import make_host as _make_host
-from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
+from tests.support.costs import END, NOW, add_hours, enrolled, set_price
+from tests.support.factories import make_host as _make_host
 
 # 100 running hours in the last 30 days (the savings basis, whatever the 7-day lookback shown),
 # projected to a month: 100 x 730 / 720 = 101.39 h

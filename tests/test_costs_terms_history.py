@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from unittest import mock
 
 import pytest
 from django.core.management import call_command
@@ -24,20 +23,16 @@ from greenops.costs.models import (
     SINCE_EVER,
     HostCostConfig,
     HostTermsPeriod,
-    Price,
-    PricePeriod,
 )
 from greenops.kpis import queries, rollup
 from greenops.kpis.models import Period
 from greenops.reports.figures import Month, month_figures
 from greenops.teams.models import AuditEvent
 from greenops.telemetry.models import GpuHour, Host
-from tests.conftest import make_host
-from tests.test_costs_accounting import enrolled, set_price
+from tests.support.costs import SWITCH, UTC, at, enrolled, only_prices, switch_to_reserved
+from tests.support.factories import make_host
 
-UTC = dt.UTC
 HOUR = dt.timedelta(hours=1)
-SWITCH = dt.datetime(2026, 11, 1, 0, 0, tzinfo=UTC)  # the edit: first instant of November
 OCT = (dt.datetime(2026, 10, 1, tzinfo=UTC), SWITCH)
 OCT_RUN = dt.datetime(2026, 10, 10, 0, 0, tzinfo=UTC)  # 10 running hours from here
 NOV_RUN = dt.datetime(2026, 11, 10, 0, 0, tzinfo=UTC)  # and 10 from here
@@ -49,21 +44,8 @@ OCT_DAY = (OCT_RUN, OCT_RUN + DAY)
 NOV_DAY = (NOV_RUN, NOV_RUN + DAY)
 
 
-def at(when: dt.datetime):
-    """Run an edit as if it were made at `when` (the terms recorded from then on)."""
-    return mock.patch("django.utils.timezone.now", return_value=when)
 
 
-def only_prices(**rates: str) -> None:
-    """p4d.24xlarge us-east-1 at the given rates from 2026-01-01 on, nothing else."""
-    Price.objects.filter(instance_type="p4d.24xlarge", region="us-east-1").delete()
-    PricePeriod.objects.filter(instance_type="p4d.24xlarge", region="us-east-1").delete()
-    since = dt.datetime(2026, 1, 1, tzinfo=UTC)
-    if "on_demand" in rates:
-        set_price("p4d.24xlarge", "us-east-1", "on_demand", rates["on_demand"], as_of=since)
-    if "reserved" in rates:
-        set_price("p4d.24xlarge", "us-east-1", "reserved", rates["reserved"], as_of=since,
-                  term_years=1, payment="no_upfront")
 
 
 def ran(host, start: dt.datetime, hours: int, kwh: float = 0.3) -> None:
@@ -100,13 +82,6 @@ def od_host(team):
     return host
 
 
-def switch_to_reserved(host, when: dt.datetime = SWITCH) -> None:
-    """What the host page and the cost settings do: save the host, then its terms."""
-    with at(when):
-        host.purchase_option = "reserved"
-        host.save()
-        HostCostConfig.objects.create(host=host, term_years=1, payment="no_upfront",
-                                      source="RI purchase 2026-11")
 
 
 def test_switching_to_reserved_keeps_the_closed_month(od_host):

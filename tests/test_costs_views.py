@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from greenops.workloads.models import Workload
-from tests.conftest import make_host
-from tests.test_costs_accounting import add_hours, enrolled, set_price
+from tests.support.costs import add_hours, enrolled, set_price
+from tests.support.factories import make_host
 
 
 def hour_end() -> dt.datetime:

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from greenops.costs.accounting import collect, team_costs
 from greenops.workloads.models import Workload
-from tests.conftest import make_host
-from tests.test_costs_accounting import END, NOW, add_hours, enrolled, set_price
+from tests.support.costs import END, NOW, add_hours, enrolled, set_price
+from tests.support.factories import make_host
 
 
 def two_hosts(team, end: dt.datetime):

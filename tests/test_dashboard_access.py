@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import make_batch, make_host
+from tests.support.factories import make_batch, make_host
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 NOW = dt.datetime(2026, 11, 30, 12, 30, tzinfo=dt.UTC)
 

@@ -11,7 +11,7 @@ from unittest import mock
 import pytest
 from django.core.cache import cache
 
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 NOW = dt.datetime(2026, 11, 30, 12, 30, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)

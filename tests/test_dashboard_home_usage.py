@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from unittest import mock
 
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 NOW = dt.datetime(2026, 11, 30, 12, 30, tzinfo=dt.UTC)
 

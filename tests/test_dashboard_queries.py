@@ -9,7 +9,7 @@ import pytest
 
 from greenops.telemetry import queries
 from greenops.telemetry.models import GpuDay, GpuHour
-from tests.conftest import make_batch, make_host
+from tests.support.factories import make_batch, make_host
 
 
 @pytest.mark.django_db

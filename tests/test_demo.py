@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_embedded_default import ROOT, embedded_env
+from tests.support import ROOT
+from tests.support.embedded import embedded_env
 
 DAYS = 2.2  # enough for the two-day cost window below
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 
 def _check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
@@ -19,7 +19,7 @@ def _check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     base.update({"GREENOPS_DATA_DIR": str(tmp_path), "SECRET_KEY": secrets.token_urlsafe(50),
                  "ALLOWED_HOSTS": "greenops.example.com", **env})
     return subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level",
-                           "WARNING"], cwd=REPO, env=base, capture_output=True, text=True,
+                           "WARNING"], cwd=ROOT, env=base, capture_output=True, text=True,
                           timeout=120)
 
 

@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from greenops.telemetry.models import Gpu, GpuMinute, GpuSample, IngestBatch
-from tests.celery_worker import ROOT, celery_worker
-from tests.conftest import make_host
+from tests.support.celery_worker import ROOT, celery_worker
+from tests.support.factories import make_host
+from tests.support.polling import wait_for
 
 
 @pytest.fixture
@@ -25,14 +25,6 @@ def worker_queue():
         print(output[0].decode(errors="replace"))
 
 
-def wait_for(predicate, timeout: float = 60.0, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout} s")
 
 
 @pytest.mark.worker
@@ -46,7 +38,7 @@ def test_agent_to_worker_to_dashboard(live_server, users, team, worker_queue, tm
                GREENOPS_TOKEN=token)
     agent = subprocess.Popen(
         [sys.executable, "-m", "collectors.cli", "run", "--server", live_server.url,
-         "--nvml-lib", "tests.agent_fakes", "--interval", "0.1", "--batch-seconds", "0.5",
+         "--nvml-lib", "tests.support.agent_fakes", "--interval", "0.1", "--batch-seconds", "0.5",
          "--spool", str(tmp_path / "spool.db")],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
@@ -84,7 +76,7 @@ def test_agent_to_worker_to_dashboard(live_server, users, team, worker_queue, tm
 def test_beat_catch_up_stores_batches_whose_message_was_lost(host, client, settings):
     """If the broker lost the queue message, the pending row is still stored by beat."""
     from greenops.telemetry.tasks import process_pending_batches
-    from tests.conftest import gz, make_batch
+    from tests.support.factories import gz, make_batch
 
     _, token = host
     # No on-commit capture: the task message is never sent, as if Redis had dropped it.

@@ -9,7 +9,7 @@ from greenops import embedded_beat
 
 @pytest.mark.django_db
 def test_runs_due_entries_and_survives_a_failing_task(settings, host, post_batch, monkeypatch):
-    from tests.conftest import make_batch
+    from tests.support.factories import make_batch
 
     _, token = host
     post_batch(token, make_batch(n_per_gpu=3))

@@ -5,12 +5,11 @@ These run Django in a subprocess with DATABASE_URL and REDIS_URL unset, as `make
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+from tests.support.embedded import embedded_env
 
 CHECK = r"""
 import django, time
@@ -23,7 +22,7 @@ from greenops.teams.models import Team
 from greenops.telemetry import store, wire
 from greenops.telemetry.ingest import known_gpus
 from greenops.telemetry.models import Gpu, GpuDay, GpuHour, GpuMinute, GpuSample, Host
-from tests.conftest import make_batch
+from tests.support.factories import make_batch
 
 team = Team.objects.create(name="Embedded")
 host = Host(team=team, name="h"); host.set_new_token(); host.save()
@@ -46,11 +45,6 @@ print("ok")
 """
 
 
-def embedded_env(tmp_path) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_TASK_ALWAYS_EAGER"}}
-    env.update(GREENOPS_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="greenops.settings")
-    return env
 
 
 def test_sqlite_store_is_idempotent_and_rolls_up(tmp_path):

@@ -22,8 +22,7 @@ import pytest
 
 from greenops.telemetry import enrollment
 from greenops.telemetry.models import GpuSample, Host
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 
 class FakeImds(http.server.BaseHTTPRequestHandler):
@@ -67,7 +66,7 @@ def agent_env() -> dict:
 
 
 def agent(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "collectors.cli", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "collectors.cli", *args], cwd=ROOT,
                           env=agent_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -80,7 +79,7 @@ def wait_for(predicate, timeout: float = 20.0) -> None:
 
 def enroll(server: str, token: str, config: Path, *extra: str) -> subprocess.CompletedProcess:
     return agent("enroll", "--server", server, "--token", token, "--config", str(config),
-                 "--nvml-lib", "tests.agent_fakes", *extra)
+                 "--nvml-lib", "tests.support.agent_fakes", *extra)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -95,7 +94,7 @@ def test_enroll_run_status_doctor_revoke(live_server, team, users, imds, tmp_pat
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
     written = tomllib.loads(config.read_text())
     assert written["server"] == live_server.url and written["token"].startswith("gho_")
-    assert written["nvml_lib"] == "tests.agent_fakes"
+    assert written["nvml_lib"] == "tests.support.agent_fakes"
     host = Host.objects.get(team=team, name="node-7")
     assert (host.instance_type, host.region, host.provider, host.facts_source) == (
         "p4d.24xlarge", "eu-west-1", "aws", "aws-imds")
@@ -113,7 +112,7 @@ def test_enroll_run_status_doctor_revoke(live_server, team, users, imds, tmp_pat
     run = subprocess.Popen(
         [sys.executable, "-m", "collectors.cli", "run", "--config", str(config), "--spool",
          str(tmp_path / "spool.db"), "--interval", "0.05", "--batch-seconds", "0.2"],
-        cwd=REPO, env=agent_env(), stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=agent_env(), stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: GpuSample.objects.filter(gpu__host=host).count() >= 4)
         wait_for(lambda: Host.objects.get(id=host.id).spool_depth is not None)
@@ -160,7 +159,8 @@ def test_enroll_failures_are_one_line(live_server, team, users, tmp_path):
          "enrollment refused: unknown enrollment token"),
     ]
     for args, message in cases:
-        proc = agent("enroll", *args, "--config", str(config), "--nvml-lib", "tests.agent_fakes",
+        proc = agent("enroll", *args, "--config", str(config),
+                     "--nvml-lib", "tests.support.agent_fakes",
                      "--metadata-url", "off")
         assert proc.returncode == 2, (args, proc.stderr)
         lines = proc.stderr.strip().splitlines()

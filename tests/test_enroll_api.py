@@ -15,7 +15,7 @@ from greenops.teams.models import AuditEvent
 from greenops.telemetry import enrollment
 from greenops.telemetry.models import EnrollmentToken, Gpu, GpuSample, Host
 from greenops.tokens import hash_token
-from tests.conftest import make_batch
+from tests.support.factories import make_batch
 
 GPUS = [{"index": 0, "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3", "power_limit_w": 700.0,
          "memory_total_mib": 81559},

@@ -10,7 +10,7 @@ import tomllib
 import pytest
 
 from collectors import doctor, enroll
-from tests.agent_fakes import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml
+from tests.support.agent_fakes import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml
 
 
 def test_gpu_check_lists_supported_and_missing_metrics():

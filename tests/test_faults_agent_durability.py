@@ -26,7 +26,8 @@ from collectors.energy import (
 )
 from collectors.sources import NvmlSource
 from collectors.spool import Spool
-from tests.agent_fakes import FakeNvml
+from tests.support import ROOT
+from tests.support.agent_fakes import FakeNvml
 
 LIMIT_W = 400.0  # FakeNvml's nvmlDeviceGetPowerManagementLimit: 400,000 mW
 
@@ -236,7 +237,7 @@ def test_the_journal_row_is_readable_by_this_python(tmp_path, clock):
 @pytest.mark.django_db
 def test_the_server_stores_a_gap_interval_as_such(host, post_batch):
     from greenops.telemetry.models import EnergyMethod, GpuMinute, GpuSample
-    from tests.conftest import make_batch
+    from tests.support.factories import make_batch
 
     h, token = host
     doc = make_batch(n_per_gpu=2, gpus=(0,))
@@ -254,12 +255,11 @@ def test_systemd_gives_the_agent_time_to_flush_before_it_kills_it():
     --flush-timeout (5 s by default) plus its shipper's 0.5 s join to send what it spooled; the
     served unit and the README's copy must say the same, and leave that time."""
     import re
-    from pathlib import Path
 
     from collectors.config import AgentConfig
     from greenops.telemetry.agent_dist import systemd_unit
 
-    readme = (Path(__file__).resolve().parent.parent / "collectors" / "README.md").read_text()
+    readme = (ROOT / "collectors" / "README.md").read_text()
     served = re.findall(r"^TimeoutStopSec=(\d+)", systemd_unit(), re.M)
     documented = re.findall(r"^TimeoutStopSec=(\d+)", readme, re.M)
     assert served == documented == ["15"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults_stack import (
+from tests.support.faults_stack import (
     Agent,
     Stack,
     pending_batches,
@@ -70,7 +70,7 @@ def _hosts_in_a_copy_of_the_test_database(s: Stack, django_db_blocker) -> dict:
     from django.db import connection
 
     from greenops.teams.models import Team
-    from tests.conftest import make_host
+    from tests.support.factories import make_host
 
     with django_db_blocker.unblock():
         team = Team.objects.create(name="Fault tests")

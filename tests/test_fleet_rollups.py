@@ -16,7 +16,7 @@ import uuid
 import pytest
 from django.db import connection
 
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 NOW = dt.datetime(2026, 11, 30, 12, 30, 30, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)

@@ -12,7 +12,7 @@ from django.utils import timezone
 from collectors.cli_host import server_view_lines
 from greenops.telemetry.host_status import host_statuses
 from greenops.telemetry.models import Host, IngestBatch
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 

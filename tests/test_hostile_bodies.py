@@ -15,7 +15,7 @@ import time
 import orjson
 import pytest
 
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 DEEP = b"[" * 100_000
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from greenops.teams.models import AuditEvent
 from greenops.telemetry.models import Host
-from tests.conftest import make_batch, make_host
+from tests.support.factories import make_batch, make_host
 
 
 def test_host_list_shows_status_agent_gpus_and_spool_lag(client, team_roles, team, host,

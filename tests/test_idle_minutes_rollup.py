@@ -13,7 +13,7 @@ from django.db.models import Count, F, Q
 
 from greenops.telemetry import ingest, store, wire
 from greenops.telemetry.models import GpuDay, GpuHour, GpuMinute, IngestBatch
-from tests.conftest import gz, make_batch, make_host
+from tests.support.factories import gz, make_batch, make_host
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
                                 reason="the ingest statement is the PostgreSQL path")

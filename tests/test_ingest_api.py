@@ -10,11 +10,8 @@ import orjson
 import pytest
 
 from greenops.telemetry.models import GpuHour, GpuMinute, GpuSample, IngestBatch
-from tests.conftest import make_batch, make_host
-
-
-def stored() -> tuple[int, int]:
-    return GpuSample.objects.count(), IngestBatch.objects.count()
+from tests.support.factories import make_batch, make_host
+from tests.support.telemetry import stored
 
 
 @pytest.mark.django_db
@@ -237,7 +234,7 @@ def test_unreachable_broker_still_answers_202_and_beat_stores_it(host, client, m
                                                                  django_capture_on_commit_callbacks):
     from greenops.telemetry import tasks
     from greenops.telemetry.tasks import process_pending_batches
-    from tests.conftest import gz
+    from tests.support.factories import gz
 
     def broker_down(*args, **kwargs):
         raise ConnectionRefusedError("redis is down")
@@ -257,7 +254,7 @@ def test_unreachable_broker_still_answers_202_and_beat_stores_it(host, client, m
 @pytest.mark.django_db
 def test_gpu_removed_before_processing_fails_the_batch_instead_of_misfiling(host, client):
     from greenops.telemetry.ingest import process_batch
-    from tests.conftest import gz
+    from tests.support.factories import gz
 
     h, token = host
     doc = make_batch(n_per_gpu=3)
@@ -275,7 +272,7 @@ def test_gpu_removed_before_processing_fails_the_batch_instead_of_misfiling(host
 def test_a_dead_broker_does_not_slow_the_answer(host, client, monkeypatch):
     """With Redis down, each POST used to wait ~0.7 s on kombu's publish retries."""
     from greenops.celery import app
-    from tests.agent_fakes import free_port
+    from tests.support.agent_fakes import free_port
 
     saved = {k: app.conf[k] for k in ("task_always_eager", "broker_url")}
     app.conf.update(task_always_eager=False, broker_url=f"redis://127.0.0.1:{free_port()}/0")

@@ -19,26 +19,11 @@ import pytest
 from collectors.batch import FIELDS, PROFILE_FIELDS, SampleBuffer
 from collectors.sources import NvmlSource
 from greenops.telemetry.models import GpuDay, GpuHour, GpuMinute, GpuSample
-from tests.agent_fakes import FakeNvml
-from tests.conftest import make_batch
-from tests.test_embedded_default import ROOT, embedded_env
-
-
-def minute_start(now: float) -> float:
-    # Start 2 minutes back on a minute boundary, so all four samples share one minute bucket.
-    return (now // 60) * 60 - 120
-
-
-def with_bottleneck_columns(doc: dict) -> dict:
-    """make_batch's 2 GPUs x 4 samples, plus the new columns (GPU 0's then GPU 1's)."""
-    cols = doc["samples"]
-    cols["mem_util_pct"] = [70.0, 80.0, 90.0, None, 10.0, 10.0, 20.0, 20.0]
-    cols["mem_clock_mhz"] = [1215.0] * 8
-    cols["pcie_tx_kib_s"] = [1000.0, 3000.0, None, 2000.0] + [0.0] * 4
-    cols["pcie_rx_kib_s"] = [4000.0, 8000.0, 6000.0, 6000.0] + [0.0] * 4
-    cols["throttle_reasons"] = [0x4, 0x40, 0x0, 0x1, 0x84, 0x20, None, 0x0]
-    cols["power_limit_w"] = [400.0, 400.0, 350.0, 400.0] + [300.0] * 4
-    return doc
+from tests.support import ROOT
+from tests.support.agent_fakes import FakeNvml
+from tests.support.embedded import embedded_env
+from tests.support.factories import make_batch
+from tests.support.telemetry import minute_start, with_bottleneck_columns
 
 
 @pytest.mark.django_db
@@ -162,8 +147,8 @@ from greenops.teams.models import Team
 from greenops.telemetry import store, wire
 from greenops.telemetry.ingest import known_gpus
 from greenops.telemetry.models import Gpu, GpuDay, GpuHour, GpuMinute, Host
-from tests.conftest import make_batch
-from tests.test_ingest_bottleneck import minute_start, with_bottleneck_columns
+from tests.support.factories import make_batch
+from tests.support.telemetry import minute_start, with_bottleneck_columns
 
 team = Team.objects.create(name="Embedded")
 host = Host(team=team, name="h"); host.set_new_token(); host.save()

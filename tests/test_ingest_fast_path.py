@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
 
-from tests.conftest import make_batch
+from tests.support.factories import make_batch
 
 
 def refuse(*args, **kwargs):

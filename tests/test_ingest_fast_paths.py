@@ -13,7 +13,7 @@ from django.utils import timezone
 from greenops.errors import FieldError
 from greenops.telemetry import ingest, wire
 from greenops.telemetry.models import GpuHour, GpuSample, Host, IngestBatch
-from tests.conftest import gz, make_batch, make_host
+from tests.support.factories import gz, make_batch, make_host
 
 
 def parse(doc):

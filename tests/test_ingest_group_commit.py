@@ -14,7 +14,7 @@ from django.db.models import Sum
 
 from greenops.telemetry import ingest
 from greenops.telemetry.models import Gpu, GpuDay, GpuHour, GpuMinute, GpuSample, IngestBatch
-from tests.conftest import gz, make_batch, make_host
+from tests.support.factories import gz, make_batch, make_host
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
                                 reason="group commit is the PostgreSQL path")

@@ -12,7 +12,7 @@ from django.db import connection
 
 from greenops.telemetry import enrollment, ingest
 from greenops.telemetry.models import GpuSample, IngestBatch
-from tests.conftest import gz, make_batch, make_host
+from tests.support.factories import gz, make_batch, make_host
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
                                 reason="the one-statement path is PostgreSQL's")

@@ -18,7 +18,7 @@ from django.db.models import Sum
 
 from greenops.telemetry import ingest
 from greenops.telemetry.models import GpuDay, GpuHour, GpuMinute, GpuSample, IngestBatch
-from tests.conftest import gz, make_batch, make_host
+from tests.support.factories import gz, make_batch, make_host
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
                                 reason="the optimistic move is the PostgreSQL path")

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from greenops.telemetry.models import GpuMinute, GpuSample, IngestBatch
-from tests.conftest import gz, make_batch
+from tests.support.factories import gz, make_batch
 
 
 @pytest.mark.django_db(transaction=True)

@@ -16,7 +16,7 @@ from django.db import connection
 
 from greenops.telemetry import ingest
 from greenops.telemetry.models import EnergyMethod, GpuMinute, GpuSample, IngestBatch
-from tests.conftest import gz, make_batch
+from tests.support.factories import gz, make_batch
 
 
 @pytest.mark.django_db

@@ -9,7 +9,7 @@ from greenops.kpis import histogram
 from greenops.kpis.models import InferenceWindow
 from greenops.teams.models import ApiToken
 from greenops.workloads.models import TrainingJob, Workload
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 
 @pytest.fixture

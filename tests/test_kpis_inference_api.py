@@ -13,7 +13,7 @@ from greenops.kpis import histogram
 from greenops.kpis.models import InferenceBatch, InferenceWindow
 from greenops.teams.models import ApiToken
 from greenops.workloads.models import Workload
-from tests.conftest import gz
+from tests.support.factories import gz
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ from django.utils import timezone
 from greenops import windows
 from greenops.kpis import rollup
 from greenops.workloads.models import TrainingJob, Workload
-from tests.conftest import make_host
-from tests.test_kpis_measure import add_gpu_hour, add_windows, stand_in_factors
+from tests.support import DATA
+from tests.support.factories import make_host
+from tests.support.kpis import add_gpu_hour, add_windows, stand_in_factors
 
 
 @pytest.fixture
@@ -183,12 +184,11 @@ def test_workload_page_says_when_its_gpus_are_shared(client, users, team, live_d
 def test_workload_page_shows_prometheus_percentiles_timings_and_tokens(client, users, team):
     """vLLM /metrics -> agent window -> intake -> hourly rollup -> page, figures by hand."""
     import time as _time
-    from pathlib import Path
 
     from collectors.scrape import TargetScraper, parse_target
     from greenops.kpis import inference
 
-    data = Path(__file__).resolve().parent / "data"
+    data = DATA
     pages = iter(["vllm_metrics_1.txt", "vllm_metrics_2.txt"])
     target = parse_target({"url": "http://vllm:8000/metrics", "kind": "vllm",
                            "workload": "chat"}, "scrape[0]")

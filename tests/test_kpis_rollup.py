@@ -9,7 +9,7 @@ import pytest
 from greenops import windows
 from greenops.kpis import queries, rollup
 from greenops.kpis.models import KpiRollup, Period, RollupCursor
-from tests.test_kpis_measure import H, add_gpu_hour, add_windows, build_scenario, stand_in_factors
+from tests.support.kpis import H, add_gpu_hour, add_windows, build_scenario, stand_in_factors
 
 HOUR = dt.timedelta(hours=1)
 
@@ -112,7 +112,7 @@ def test_telemetry_arriving_after_the_lookback_still_reaches_the_kpis(team, host
 
     from greenops.kpis.measure import Factors, HourlyPrice, SiteFactors
     from greenops.telemetry.models import LateHour
-    from tests.conftest import make_batch
+    from tests.support.factories import make_batch
 
     _, token = host
     old = (_time.time() // 3600 - 6) * 3600 + 600  # 10 minutes into the hour 6 hours ago
@@ -136,7 +136,7 @@ def test_no_hour_falls_between_late_marks_and_the_rollup_lookback(team):
     run that reached H, used to reach the GPU rollups and never the KPIs: ingest marks only
     hours older than 2 h, and the next run's 3-hour lookback (H+1, H+2, H+3) no longer held H."""
     from greenops.telemetry import late
-    from tests.conftest import make_host
+    from tests.support.factories import make_host
 
     host, _ = make_host(team, "A", gpus=1)
     gpu = host.gpus.get()
@@ -160,7 +160,7 @@ def test_a_run_after_a_long_pause_reaches_back_to_where_the_last_run_stopped(tea
     """Beat down for 5 hours: a live batch stored just before the outage for the hour then
     current, and not marked late, is still rolled up by the first run after it."""
     from greenops.telemetry import late
-    from tests.conftest import make_host
+    from tests.support.factories import make_host
 
     host, _ = make_host(team, "A", gpus=1)
     gpu = host.gpus.get()
@@ -253,7 +253,7 @@ def test_run_measures_with_the_factors_it_is_given(scenario):
 def test_run_counts_the_hours_of_every_team(scenario):
     # run_90 (done = len(hours) instead of +=): two active teams, one hour each (lookback 1 h).
     from greenops.teams.models import Team
-    from tests.conftest import make_host
+    from tests.support.factories import make_host
 
     make_host(Team.objects.create(name="Second"), "A", gpus=1)
     out = rollup.run(now=H + dt.timedelta(minutes=30), lookback_h=1, factors=stand_in_factors())

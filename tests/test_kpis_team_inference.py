@@ -10,8 +10,8 @@ import pytest
 from greenops.kpis import queries, rollup
 from greenops.kpis.models import KpiRollup, Period
 from greenops.workloads.models import Workload
-from tests.conftest import make_host
-from tests.test_kpis_measure import H, add_gpu_hour, add_windows, stand_in_factors
+from tests.support.factories import make_host
+from tests.support.kpis import H, add_gpu_hour, add_windows, stand_in_factors
 
 HOUR = dt.timedelta(hours=1)
 

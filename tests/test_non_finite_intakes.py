@@ -21,9 +21,15 @@ from greenops.errors import FieldError
 from greenops.teams.models import ApiToken
 from greenops.telemetry.models import Gpu
 from greenops.workloads.models import TrainingJob, Workload
-from tests.test_carbon_codecarbon_api import BASE, emission_payload, run_payload
-from tests.test_carbon_emissions_csv import V2_CSV, _replace_cell
-from tests.test_carbon_host_energy import energy_batch, hour_start
+from tests.support.carbon import (
+    BASE,
+    V2_CSV,
+    _replace_cell,
+    emission_payload,
+    energy_batch,
+    hour_start,
+    run_payload,
+)
 
 MARK = 123456.5  # a value that appears once in a payload, replaced by the spelling under test
 SPELLINGS = [b"Infinity", b"-Infinity", b"NaN", b"1e309", b'"Infinity"']
@@ -78,7 +84,8 @@ def test_emissions_csv(team, cell):
 @pytest.mark.django_db
 @pytest.mark.parametrize("spelling", SPELLINGS)
 def test_gpu_samples(host, client, spelling):
-    from tests.test_ingest_api import make_batch, stored
+    from tests.support.factories import make_batch
+    from tests.support.telemetry import stored
 
     _, host_token = host
     doc = make_batch(n_per_gpu=3)

@@ -18,9 +18,9 @@ from django.utils import timezone
 from greenops.benchmarks.runs import store_run
 from greenops.teams.models import ApiToken, AuditEvent
 from greenops.teams.permissions import MATRIX, ROLE_ORDER
-from tests.test_benchmarks import run_doc
-from tests.test_carbon_emissions_csv import V2_CSV
-from tests.test_teams_permissions import ROLES, _patterns
+from tests.support.benchmarks import run_doc
+from tests.support.carbon import V2_CSV
+from tests.support.permissions import ROLES, _patterns
 
 
 def _csv_upload() -> dict:

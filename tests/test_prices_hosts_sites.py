@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from tests.conftest import make_host
+from tests.support.factories import make_host
 
 
 @pytest.fixture

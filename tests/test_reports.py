@@ -38,7 +38,7 @@ from greenops.reports import csv_writer, figures, generate
 from greenops.reports.figures import Month
 from greenops.reports.models import Report, Status, Subscription, Trigger
 from greenops.teams.models import ApiToken
-from tests.conftest import gz, make_host
+from tests.support.factories import gz, make_host
 
 UTC = dt.UTC
 S = dt.datetime(2026, 9, 30, 21, tzinfo=UTC)

@@ -12,7 +12,7 @@ from greenops.reports import generate
 from greenops.reports.figures import Month
 from greenops.reports.models import Report, Subscription
 from greenops.teams.permissions import MATRIX, ROLE_ORDER
-from tests.test_teams_permissions import ROLES, _patterns
+from tests.support.permissions import ROLES, _patterns
 
 # (id, method, path, minimum role, status when allowed, body)
 PAGES = [

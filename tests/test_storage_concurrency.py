@@ -13,7 +13,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from greenops.telemetry import ingest, partitions, store, wire
-from tests.conftest import make_batch
+from tests.support.factories import make_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,14 +13,12 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 from django.db.migrations.loader import MigrationLoader
 
-from tests.test_embedded_default import embedded_env
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+from tests.support.embedded import embedded_env
 
 
 def partition_migration() -> tuple[str, str, str]:
@@ -147,7 +145,7 @@ from greenops.teams.models import Team
 from greenops.telemetry import partitions, store, wire
 from greenops.telemetry.ingest import known_gpus
 from greenops.telemetry.models import Gpu, GpuDay, GpuSample, Host
-from tests.conftest import make_batch
+from tests.support.factories import make_batch
 
 team = Team.objects.create(name="Embedded")
 host = Host(team=team, name="h"); host.set_new_token(); host.save()

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from greenops.telemetry import ingest, partitions, store, wire
 from greenops.telemetry.models import GpuDay, GpuHour, GpuSample, IngestBatch, RetentionMark
-from tests.conftest import gz, make_batch
+from tests.support.factories import gz, make_batch
 
 pytestmark = pytest.mark.django_db
 

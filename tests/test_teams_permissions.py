@@ -10,12 +10,10 @@ import json
 from datetime import timedelta
 
 import pytest
-from django.urls import URLPattern, URLResolver
 from django.utils import timezone
 
 from greenops.teams.permissions import MATRIX, ROLE_ORDER, allowed_actions, allows, rank
-
-ROLES = ["owner", "admin", "member", "viewer", "outsider"]
+from tests.support.permissions import ROLES, _patterns
 
 
 def test_matrix_says_what_the_issue_says():
@@ -133,11 +131,6 @@ def test_anonymous_is_sent_to_login_or_401(client, team, host, case):
         assert resp.status_code == 302 and resp["Location"].startswith("/login/"), name
 
 
-def _patterns(resolver) -> list[URLPattern]:
-    out = []
-    for p in resolver:
-        out += _patterns(p.url_patterns) if isinstance(p, URLResolver) else [p]
-    return out
 
 
 def test_every_team_page_is_guarded_by_the_matrix():

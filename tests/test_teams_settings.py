@@ -11,7 +11,7 @@ import pytest
 from greenops.teams import invitations, membership
 from greenops.teams.models import AuditEvent, Invitation, Membership, Team
 from greenops.telemetry.models import Gpu, GpuHour, GpuMinute, GpuSample, Host
-from tests.conftest import make_batch, make_host
+from tests.support.factories import make_batch, make_host
 
 
 def test_owner_renames_the_team_and_the_address_stays(client, users, team):

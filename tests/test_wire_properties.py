@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from greenops.errors import FieldError
 from greenops.telemetry import wire
-from tests.conftest import gz, make_batch
+from tests.support.factories import gz, make_batch
 
 NOW_S = 1_780_000_000.0
 LIMITS = dict(now_s=NOW_S, max_samples=500, max_future_s=300, max_age_s=30 * 86400)

@@ -10,7 +10,7 @@ import pytest
 from greenops.teams.models import ApiToken
 from greenops.workloads import jobs
 from greenops.workloads.models import TrainingJob, Workload
-from tests.test_kpis_measure import H, build_scenario, stand_in_factors
+from tests.support.kpis import H, build_scenario, stand_in_factors
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ def test_admin_registers_a_workload_linked_to_a_gpu(client, users, team, host):
 
 
 def test_invalid_form_stores_nothing(client, users, team, other_team):
-    from tests.conftest import make_host
+    from tests.support.factories import make_host
 
     theirs, _ = make_host(other_team, "their-host")
     client.force_login(users["owner"])

@@ -18,8 +18,8 @@ from greenops.teams.models import AuditEvent, Membership, Role
 from greenops.telemetry.models import GpuProcess, HostSample
 from greenops.workloads.models import Workload
 from greenops.workloads.seen import seen_gpus
-from tests.browser import page  # noqa: F401  (fixture)
-from tests.conftest import make_host
+from tests.support.browser import page  # noqa: F401  (fixture)
+from tests.support.factories import make_host
 
 pytestmark = pytest.mark.django_db
 
@@ -188,7 +188,7 @@ def test_browser_section_renders_and_add_works(live_server, page, users, team, f
     seen GPU, which then moves to 'configured and seen'."""
     from pathlib import Path
 
-    from tests.browser import log_in
+    from tests.support.browser import log_in
 
     shots = Path("/work/notes/shots")
     log_in(page, live_server.url, "owner", "pw-owner")

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import psycopg
 
-from tests.agent_fakes import free_port
+from tests.support.agent_fakes import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 def pg_bin() -> Path | None:
@@ -277,7 +277,8 @@ class Agent:
         with open(self.root / f"agent-{self.runs}.log", "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "collectors.cli", "run", "--server", self.stack.url,
-                 "--config", str(self.root / "agent.toml"), "--nvml-lib", "tests.agent_fakes",
+                 "--config", str(self.root / "agent.toml"),
+                 "--nvml-lib", "tests.support.agent_fakes",
                  "--spool", str(self.root / "spool.db"), "--interval", str(self.INTERVAL_S),
                  "--batch-seconds", "0.5", "--request-timeout", "5", "--flush-timeout", "5"],
                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)

@@ -1,8 +1,8 @@
 """Test doubles for the host agent: a fake pynvml and a fake GreenOps ingest server.
 
 ``FakeNvml`` is passed to ``NvmlSource(lib=...)`` in-process. This module also works as an
-``--nvml-lib tests.agent_fakes`` for a real agent subprocess: its module-level names are those
-of a ``FakeNvml`` configured from environment variables (AGENT_FAKES_GPUS,
+``--nvml-lib tests.support.agent_fakes`` for a real agent subprocess: its module-level names are
+those of a ``FakeNvml`` configured from environment variables (AGENT_FAKES_GPUS,
 AGENT_FAKES_ENERGY_STEP_MJ, AGENT_FAKES_INIT_ERROR, AGENT_FAKES_ENERGY_W, AGENT_FAKES_READ_LOG),
 so no ``sys.modules`` patching is needed anywhere.
 """
@@ -220,7 +220,8 @@ _module_fake: FakeNvml | None = None
 
 
 def __getattr__(name: str) -> Any:
-    """Module-level pynvml names, so ``--nvml-lib tests.agent_fakes`` works in a subprocess."""
+    """Module-level pynvml names, so ``--nvml-lib tests.support.agent_fakes`` works in a
+    subprocess."""
     global _module_fake
     if name.startswith("nvml"):
         if _module_fake is None:

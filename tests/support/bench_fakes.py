@@ -1,10 +1,10 @@
 """Test doubles for ``greenops-agent bench``: a fake NVML whose energy counter a fake
 benchmark command drives, so a run's GPU energy is known exactly.
 
-``--nvml-lib tests.bench_fakes`` loads this module; its pynvml names are those of a
+``--nvml-lib tests.support.bench_fakes`` loads this module; its pynvml names are those of a
 :class:`CounterFileNvml` (one GPU). The counter is the agent_fakes starting value plus the
 millijoules written in the file named by BENCH_FAKES_ENERGY_FILE, which
-``python -m tests.bench_fakes`` (the fake benchmark) adds its energy to. The driver version
+``python -m tests.support.bench_fakes`` (the fake benchmark) adds its energy to. The driver version
 comes from BENCH_FAKES_DRIVER, so a test can change the "hardware" between runs.
 """
 
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.agent_fakes import FakeNvml
+from tests.support.agent_fakes import FakeNvml
 
 DEFAULT_DRIVER = "550.54.15"
 

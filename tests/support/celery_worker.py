@@ -22,11 +22,10 @@ from django.db import connection
 
 from greenops import celery_app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 _WORKER = """
 import sys
-from tests.celery_worker import routes_for
 from greenops.celery import app
 app.conf.task_default_queue = sys.argv[1]  # tasks the worker itself enqueues stay on its queues
 app.conf.task_routes, queues = routes_for(sys.argv[1])
