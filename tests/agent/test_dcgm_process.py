@@ -3,7 +3,7 @@
 The exporter is a local HTTP server answering the pages of tests/data/dcgm_exporter_*.txt in
 turn (the third, after a driver reload, from then on); the agent is started with an NVML module
 that does not exist, and a ``[[scrape]] kind = "dcgm"`` target. Figures as in
-tests/test_agent_dcgm.py: GPU 0's counter rose 7,500,000 mJ between pages 1 and 2 (7,500 J by
+tests/agent/test_dcgm.py: GPU 0's counter rose 7,500,000 mJ between pages 1 and 2 (7,500 J by
 the counter); page 3's counter is lower (reset), so that interval is power x time. GPUs are
 read every scrape_interval (0.5 s here), so the 2.5 s gap limit of the counter is far off.
 """

@@ -63,7 +63,7 @@ def make_shipper(spool, url, inventory=True, **kw) -> Shipper:
         backoff_base_s=kw.pop("base", 0.01),
         backoff_cap_s=kw.pop("cap", 0.05),
         # One POST per spooled batch: these tests follow single batches through retries and
-        # refusals; merging a backlog is tests/test_agent_shipper_merge.py's.
+        # refusals; merging a backlog is tests/agent/test_shipper_merge.py's.
         merge_max_samples=kw.pop("merge", 0),
         **kw,
     )
