@@ -20,14 +20,35 @@ from tests.support.embedded import embedded_env
 
 DAYS = 2.2  # enough for the two-day cost window below
 
+# The seeded tests share one seeding, so they stay on one xdist worker (--dist loadgroup).
+seeded_group = pytest.mark.xdist_group("demo-seed")
 
-@pytest.fixture
-def demo(db):
+
+@pytest.fixture(scope="module")
+def seeded(django_db_setup, django_db_blocker):
+    """The demo seeded once for this module's tests (it took ~15 s a test, one seeding each),
+    inside a transaction rolled back after them. Each test's own transaction (the `db` fixture)
+    is a savepoint within it, so what one test changes is undone before the next, as before."""
+    from django.db import transaction
+
     from greenops.demo import seed
 
-    return seed.seed(DAYS)
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            yield seed.seed(DAYS)
+        finally:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
 
 
+@pytest.fixture
+def demo(seeded, db):
+    return seeded
+
+
+@seeded_group
 def test_demo_hosts_are_real_instance_types_with_their_boards(demo):
     from greenops.costs.models import InstanceType
     from greenops.telemetry.models import Host
@@ -45,6 +66,7 @@ def test_demo_hosts_are_real_instance_types_with_their_boards(demo):
     assert Host.objects.filter(instance_type="g6e.12xlarge").count() == 1
 
 
+@seeded_group
 def test_demo_fleet_is_priced_with_idle_cost_and_recommendations(demo):
     from greenops.costs import accounting
     from greenops.costs.team_recommendations import team_recommendations
@@ -65,6 +87,7 @@ def test_demo_fleet_is_priced_with_idle_cost_and_recommendations(demo):
     assert "stop_idle" in kinds(research)  # the box left idle four days ago
 
 
+@seeded_group
 def test_demo_energy_per_inference_is_plausible_for_an_8b_model(demo):
     from greenops.kpis import queries
     from greenops.workloads.models import Workload
@@ -79,6 +102,7 @@ def test_demo_energy_per_inference_is_plausible_for_an_8b_model(demo):
     assert k["simulated"]
 
 
+@seeded_group
 def test_demo_seed_is_idempotent(demo):
     from greenops.demo import seed
     from greenops.telemetry.models import GpuSample
