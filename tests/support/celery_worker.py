@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 _WORKER = """
 import sys
+from tests.support.celery_worker import routes_for
 from greenops.celery import app
 app.conf.task_default_queue = sys.argv[1]  # tasks the worker itself enqueues stay on its queues
 app.conf.task_routes, queues = routes_for(sys.argv[1])

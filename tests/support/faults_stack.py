@@ -186,7 +186,10 @@ class Stack:
         self.pg = Postgres(root, bin_dir)
         self.redis = Redis(root)
         self.web_port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GREENOPS_", "CELERY_"))}
+        # Not PGOPTIONS (tests/services.py: no waiting for commits to reach the disk): these
+        # processes' commits must be as durable as in production for the faults to test them.
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("GREENOPS_", "CELERY_")) and k != "PGOPTIONS"}
         self.env = dict(
             env, DATABASE_URL=self.pg.url(), REDIS_URL=self.redis.url,
             CELERY_TASK_ALWAYS_EAGER="false", SECRET_KEY="fault-tests", LOG_LEVEL="WARNING",

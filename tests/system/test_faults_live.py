@@ -33,7 +33,10 @@ from tests.support.faults_stack import (
 )
 
 # django_db: only so that pytest-django sets up the test database, which the stack copies.
-pytestmark = [pytest.mark.faults, pytest.mark.worker, pytest.mark.django_db]
+# One group: under `pytest -n` (--dist loadgroup) every test of this module runs on the same
+# worker, so its module-scoped stack of processes is started once, not once per worker.
+pytestmark = [pytest.mark.faults, pytest.mark.worker, pytest.mark.django_db,
+              pytest.mark.xdist_group("faults")]
 
 SCENARIOS = ("server-down", "agent-kill", "worker-kill", "postgres-restart", "redis-restart")
 COUNTER_GAP = 3  # greenops.telemetry.models.EnergyMethod.COUNTER_GAP
