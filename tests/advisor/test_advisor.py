@@ -11,21 +11,7 @@ from greenops.advisor import diagnose
 from greenops.carbon.accounting import carbon_of
 from greenops.costs.accounting import cost_of
 from greenops.energy import it_energy
-from greenops.workloads.models import Workload
-from tests.support.advisor import N_GPUS, profile_batch
-from tests.support.factories import make_host
-
-
-@pytest.fixture
-def workload(team, post_batch):
-    host, token = make_host(team, name="inference-1", gpus=N_GPUS)
-    wl = Workload.objects.create(team=team, name="Ranker", slug="ranker", kind="inference")
-    wl.hosts.add(host)
-
-    def send(doc):
-        assert post_batch(token, doc).status_code == 202
-
-    return wl, send
+from tests.support.advisor import profile_batch
 
 
 def week() -> windows.Window:

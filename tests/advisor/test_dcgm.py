@@ -10,8 +10,7 @@ import pytest
 
 from greenops.advisor import diagnose
 from tests.support import DATA
-from tests.test_advisor import profile_batch, workload  # noqa: F401  (fixture)
-from tests.test_advisor_bottlenecks import serve  # noqa: F401  (fixture)
+from tests.support.advisor import profile_batch
 
 
 def week():
@@ -91,7 +90,7 @@ def test_no_nvlink_figures_no_nvlink_diagnosis(serve):  # noqa: F811
 
 def exporter_pages(n: int) -> list[str]:
     """`n` pages a minute apart, from tests/data/dcgm_exporter_1.txt (dcgm-exporter 3.x, see
-    tests/test_agent_dcgm.py) with GPU 0 ("GPU-9d0c...", an H100 SXM) set to a memory-bound
+    tests/agent/test_dcgm.py) with GPU 0 ("GPU-9d0c...", an H100 SXM) set to a memory-bound
     profile: 90 % GPU_UTIL at 680 W, DRAM_ACTIVE 0.80, PIPE_TENSOR_ACTIVE 0.05, SM_ACTIVE
     0.60; its energy counter rising 680 W x 60 s = 40,800,000 mJ a minute. GPU 1 keeps its
     page: no profiling fields, MEM_COPY_UTIL blank (its counter rises too, so pages differ)."""
