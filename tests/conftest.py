@@ -9,7 +9,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tests.support.factories import gz, make_host
+from tests.support import browser as browser_support
+
+# make_batch, make_host and gz live in tests/support/factories.py; test modules written before
+# the move import them from here, so they stay importable from tests.conftest.
+from tests.support.factories import gz, make_batch, make_host  # noqa: F401
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -69,7 +73,7 @@ def _price_catalog_after_a_flush(request):
 @pytest.fixture(autouse=True)
 def _no_rate_limits(settings):
     # Failed-attempt counters live in Redis and would carry over between tests and runs;
-    # tests/test_ratelimit.py turns them on for itself.
+    # tests/core/test_ratelimit.py turns them on for itself.
     settings.RATELIMIT_ENABLED = False
 
 
@@ -143,3 +147,25 @@ def team_roles(team, users):
         Membership.objects.create(team=team, user=user, role=role)
         out[str(role)] = user
     return out
+
+
+@pytest.fixture
+def page(monkeypatch):
+    """A Chromium page (1280 x 900) through Playwright; tests/support/browser.py launches it."""
+    # Playwright's sync API runs an event loop in this thread; the Django ORM calls made by the
+    # test itself between page actions are still synchronous and safe. Only for this test:
+    # left set, it leaked into later tests' subprocesses (check --deploy reported async.E001).
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_support.CHROMIUM,
+                                    args=browser_support.ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        pg = context.new_page()
+        pg.set_default_timeout(20_000)
+        try:
+            yield pg
+        finally:
+            context.close()
+            browser.close()

@@ -14,7 +14,7 @@ from greenops import windows
 from greenops.alerts import channels, tasks
 from greenops.alerts.models import Notification, Rule
 from greenops.kpis import rollup
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 from tests.support.factories import make_host
 from tests.support.kpis import add_gpu_hour
 
