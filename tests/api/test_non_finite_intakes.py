@@ -4,7 +4,7 @@ The four spellings that reach a parser: the JSON extensions ``Infinity`` and ``N
 json module accepts them), the string ``"Infinity"`` (pydantic and float() accept it) and
 ``1e309`` (valid JSON that overflows a double to inf). Intakes: the codecarbon API, emissions.csv
 upload, samples, host energy, training jobs, inventory and inference windows
-(tests/test_kpis_inference_api.py covers the last one).
+(tests/kpis/test_inference_api.py covers the last one).
 """
 
 from __future__ import annotations
