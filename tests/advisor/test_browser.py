@@ -17,7 +17,7 @@ from greenops.telemetry import store, wire
 from greenops.telemetry.ingest import known_gpus
 from greenops.workloads.models import Workload
 from tests.support.advisor import FP16_J, INT8_J, T0, hours, profile_batch
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 from tests.support.factories import make_host
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
