@@ -15,7 +15,7 @@ from greenops.benchmarks.models import Acknowledgement, BenchmarkRun
 from greenops.benchmarks.runs import store_run
 from greenops.workloads.models import Workload
 from tests.support.benchmarks import run_doc
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
