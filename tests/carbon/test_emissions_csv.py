@@ -38,6 +38,11 @@ out.out(EmissionsData(
 """
 
 
+# The tests of the codecarbon 3.x file stay on one xdist worker (--dist loadgroup): its file is
+# written once, by codecarbon in a subprocess.
+pytestmark = pytest.mark.xdist_group("codecarbon-v3-csv")
+
+
 @pytest.fixture(scope="module")
 def v3_csv(tmp_path_factory) -> bytes:
     folder = tmp_path_factory.mktemp("cc3")
