@@ -10,7 +10,7 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 from tests.support.costs import add_hours, enrolled
 from tests.support.factories import make_host
 
