@@ -11,7 +11,7 @@ import pytest
 
 from greenops.telemetry import host_samples
 from greenops.telemetry.models import Gpu
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 from tests.support.factories import make_host
 from tests.support.host_activity import host_doc
 

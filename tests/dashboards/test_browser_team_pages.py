@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 from tests.support.factories import make_batch
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

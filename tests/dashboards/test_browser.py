@@ -9,7 +9,7 @@ import pytest
 
 from greenops.telemetry import fleet, fleetroll
 from greenops.telemetry.models import FleetBucket
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 from tests.support.factories import make_batch, make_host
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
