@@ -11,7 +11,7 @@ from django.utils import timezone
 from greenops import windows
 from greenops.kpis import rollup
 from greenops.workloads.models import TrainingJob, Workload
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 from tests.support.factories import make_host
 from tests.support.kpis import add_gpu_hour, add_windows, stand_in_factors
 

@@ -229,7 +229,7 @@ def test_throughput_is_unknown_when_a_window_has_no_start(scenario):
 
 
 # Killed mutants of `make mutate MODULES=rollup` (issue 16, tests/mutation/SURVIVORS.md). Figures:
-# the scenario of tests/test_kpis_measure.py, workload W in hour H = 363.5 g CO2e and $6.00 with
+# the scenario of tests/kpis/test_measure.py, workload W in hour H = 363.5 g CO2e and $6.00 with
 # the stand-in factors.
 
 
@@ -285,7 +285,7 @@ def _job(scenario, name, stopped_at=None):
     return job
 
 
-# A job on GPU A0 over hour H, with the stand-in factors (see tests/test_kpis_measure.py):
+# A job on GPU A0 over hour H, with the stand-in factors (see tests/kpis/test_measure.py):
 # 1,800,000 J GPU + half of host A's 432,000 J CPU/RAM = 2,016,000 J = 0.56 kWh; x PUE 1.5 =
 # 0.84 kWh; x 400 g/kWh = 336 g; host A's $8/h x 1 h x 1/2 (one of its two GPUs) = $4.
 JOB_CO2E_KG, JOB_USD = 0.336, 4.0
