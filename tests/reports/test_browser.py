@@ -11,8 +11,7 @@ import pytest
 
 from greenops.reports import csv_writer, generate, tasks
 from greenops.reports.models import Report
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
-from tests.test_reports import october  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import uuid
 
 import orjson
 import pytest
@@ -37,83 +36,15 @@ from greenops.kpis import rollup
 from greenops.reports import csv_writer, figures, generate
 from greenops.reports.figures import Month
 from greenops.reports.models import Report, Status, Subscription, Trigger
-from greenops.teams.models import ApiToken
-from tests.support.factories import gz, make_host
-
-UTC = dt.UTC
-S = dt.datetime(2026, 9, 30, 21, tzinfo=UTC)
-H0 = dt.datetime(2026, 9, 30, 22, tzinfo=UTC)
-H1 = dt.datetime(2026, 10, 15, 12, tzinfo=UTC)
-H2 = dt.datetime(2026, 10, 31, 22, tzinfo=UTC)
-H3 = dt.datetime(2026, 10, 31, 23, tzinfo=UTC)
-OCT = Month(2026, 10)
-AFTER = dt.datetime(2026, 11, 30, 12, tzinfo=UTC)  # "now" for generation: October has closed
-
-
-def set_zone(team, name: str) -> None:
-    team.time_zone = name
-    team.save(update_fields=["time_zone"])
-
-
-def hour_batch(hour: dt.datetime, util_pct: float) -> dict:
-    """Wire-format v1: 60 samples of GPU 0, at hh:00:30 ... hh:59:30, 200 W, 12,000 J each."""
-    ts = [(hour + dt.timedelta(seconds=60 * i + 30)).timestamp() for i in range(60)]
-    cols = {"ts": ts, "gpu_index": [0] * 60, "util_pct": [util_pct] * 60,
-            "mem_used_mib": [1024.0] * 60, "power_w": [200.0] * 60,
-            "energy_mj": [10_000_000 + 12_000_000 * i for i in range(60)],
-            "energy_j": [12_000.0] * 60, "energy_method": ["counter"] * 60,
-            "temp_c": [60.0] * 60, "sm_clock_mhz": [1410.0] * 60}
-    return {"batch_id": str(uuid.uuid4()), "agent_version": "0.1.0",
-            "sent_at": ts[-1] + 5, "source": "nvml", "samples": cols}
-
-
-def inference_doc(windows: list[tuple[dt.datetime, int]]) -> dict:
-    return {"batch_id": str(uuid.uuid4()), "windows": [
-        {"workload": "ranker", "start": end.timestamp() - 600, "end": end.timestamp(),
-         "requests": n, "success": n,
-         "failure": 0, "latency": {"unit": "ms", "le": [10, 50, 100],
-                                   "counts": [n // 2, n - n // 10, n, n], "cumulative": True,
-                                   "sum": 30.0 * n}}
-        for end, n in windows]}
-
-
-@pytest.fixture
-def october(team, settings, post_batch, client, django_capture_on_commit_callbacks):
-    """The scenario of the module docstring, sent through the ingest APIs and rolled up."""
-    from greenops.carbon.models import HostSite, Site
-    from greenops.costs.models import InstanceType, Price
-    from greenops.workloads.models import Workload
-
-    settings.INGEST_MAX_AGE_S = 3 * 365 * 86400  # the month is in the past; the test is not
-    set_zone(team, "Europe/Paris")
-    InstanceType.objects.create(provider="aws", name="g.test", gpu_model="NVIDIA L4",
-                                gpu_count=1, gpu_memory_gib=24, source="test catalog")
-    Price.objects.create(provider="aws", region="eu-test-1", instance_type="g.test",
-                         option="on_demand", usd_per_hour="4.00", method="snapshot",
-                         source="test price list",
-                         as_of=dt.datetime(2026, 1, 1, tzinfo=UTC))
-    host, token = make_host(team, "A", gpus=1)
-    host.instance_type, host.region = "g.test", "eu-test-1"
-    host.save()
-    site = Site.objects.create(team=team, name="Paris DC", pue=1.5,
-                               grid_intensity_override_g_per_kwh=400.0,
-                               override_source="test utility contract")
-    HostSite.objects.create(host=host, site=site)
-    for hour, util in ((S, 50.0), (H0, 2.0), (H1, 50.0), (H2, 50.0), (H3, 50.0)):
-        assert post_batch(token, hour_batch(hour, util)).status_code == 202
-    w = Workload.objects.create(team=team, name="Ranker", slug="ranker", kind="inference")
-    w.gpus.add(host.gpus.get())
-    api_token = ApiToken.issue(team, "app")[1]
-    doc = inference_doc([(H1 + dt.timedelta(minutes=10), 1000),
-                         (H2 + dt.timedelta(minutes=10), 2000),
-                         (H3 + dt.timedelta(minutes=30), 500)])
-    with django_capture_on_commit_callbacks(execute=True):
-        r = client.post("/api/v1/inference", gz(doc), content_type="application/json",
-                        HTTP_AUTHORIZATION=f"Bearer {api_token}", HTTP_CONTENT_ENCODING="gzip")
-    assert r.status_code == 202, r.content
-    for hour in (S, H0, H1, H2, H3):
-        rollup.rebuild(team, hour, hour + dt.timedelta(hours=1))
-    return {"host": host, "workload": w, "site": site}
+from tests.support.reports import (
+    AFTER,
+    H2,
+    H3,
+    OCT,
+    UTC,
+    hour_batch,
+    set_zone,
+)
 
 
 def test_month_in_the_team_zone_is_hand_computed(team, october):

@@ -1,5 +1,5 @@
 """The permission matrix on every page and API endpoint of the reports app, for every role plus
-an outsider. Minimum roles are written out by hand, as in tests/test_permissions_apps.py."""
+an outsider. Minimum roles are written out by hand, as in tests/teams/test_permissions_apps.py."""
 
 from __future__ import annotations
 
