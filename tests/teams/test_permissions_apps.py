@@ -3,7 +3,7 @@ costs and carbon apps, checked for every role plus an outsider.
 
 Expected minimum roles are written out here by hand (not read from MATRIX), so a change to the
 policy has to be made twice: once in greenops/teams/permissions.py and once, deliberately, here.
-Helpers and the role/outsider pattern come from tests/test_teams_permissions.py.
+Helpers and the role/outsider pattern come from tests/teams/test_permissions.py.
 """
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ def test_every_team_endpoint_of_these_apps_checks_the_matrix_and_is_tested():
     seen = 0
     for path, op in _session_team_operations():
         if op.view_func.__module__ not in modules:
-            continue  # teams and hosts endpoints: tests/test_teams_permissions.py
+            continue  # teams and hosts endpoints: tests/teams/test_permissions.py
         seen += 1
         assert "authorize_api(" in inspect.getsource(op.view_func), path
         for method in op.methods:

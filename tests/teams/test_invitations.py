@@ -153,7 +153,7 @@ class RefusingMailBackend:
         raise ConnectionRefusedError(111, "Connection refused")
 
 
-REFUSING = "tests.test_teams_invitations.RefusingMailBackend"
+REFUSING = "tests.teams.test_invitations.RefusingMailBackend"
 CONSOLE = "django.core.mail.backends.console.EmailBackend"
 
 

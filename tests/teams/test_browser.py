@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 from tests.support.carbon import RUN_A, V2_CSV
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
