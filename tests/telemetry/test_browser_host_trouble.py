@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from greenops.telemetry.models import Host, IngestBatch
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 from tests.support.factories import make_host
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

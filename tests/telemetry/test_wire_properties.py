@@ -75,7 +75,7 @@ def test_a_valid_batch_round_trips_column_for_column(doc):
 
 # column -> values outside what the validator may accept there. NaN and infinity are not here:
 # JSON cannot carry them, and wire.parse_json refuses them before parse_batch runs
-# (tests/test_non_finite_intakes.py).
+# (tests/api/test_non_finite_intakes.py).
 BAD_VALUES = {
     **{name: [lo - 1.0, hi * 1.5 + 1.0, "12", True]
        for name, (lo, hi) in wire.FLOAT_FIELDS.items()},

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from tests.support import ROOT
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
