@@ -9,7 +9,7 @@ from collectors.client import GreenOpsClient
 from greenops.kpis import rollup
 from greenops.kpis.measure import Factors, HourlyPrice, SiteFactors
 from greenops.kpis.models import InferenceWindow
-from tests.support.browser import log_in, page  # noqa: F401  (fixture)
+from tests.support.browser import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

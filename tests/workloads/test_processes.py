@@ -18,7 +18,6 @@ from greenops.teams.models import AuditEvent, Membership, Role
 from greenops.telemetry.models import GpuProcess, HostSample
 from greenops.workloads.models import Workload
 from greenops.workloads.seen import seen_gpus
-from tests.support.browser import page  # noqa: F401  (fixture)
 from tests.support.factories import make_host
 
 pytestmark = pytest.mark.django_db
