@@ -6,10 +6,15 @@ access test against someone who must not see it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import orjson
 import pytest
 
+from tests.support import ROOT
 from tests.support import browser as browser_support
+from tests.support.embedded import DB_FILE, embedded_env
 
 # make_batch, make_host and gz live in tests/support/factories.py; test modules written before
 # the move import them from here, so they stay importable from tests.conftest.
@@ -169,3 +174,16 @@ def page(monkeypatch):
         finally:
             context.close()
             browser.close()
+
+
+@pytest.fixture(scope="session")
+def sqlite_migrated(tmp_path_factory):
+    """A database of the embedded default (SQLite) with every migration applied, made once per
+    session (per xdist worker). Tests that need a migrated SQLite database start from a copy,
+    `embedded_env(tmp_path, sqlite_migrated)`; a newcomer's first start
+    (tests/core/test_embedded_default.py's demo test) still migrates from nothing."""
+    folder = tmp_path_factory.mktemp("sqlite-migrated")
+    out = subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT,
+                         env=embedded_env(folder), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return folder / DB_FILE

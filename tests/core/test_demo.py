@@ -128,9 +128,9 @@ def _children(pid: int) -> set[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-def test_sigterm_stops_the_demo_and_its_agents(tmp_path):
+def test_sigterm_stops_the_demo_and_its_agents(tmp_path, sqlite_migrated):
     port = _free_port()
-    env = embedded_env(tmp_path)
+    env = embedded_env(tmp_path, sqlite_migrated)
     seeded = subprocess.run([sys.executable, "manage.py", "demo", "--no-serve", "--days", "0.1"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert seeded.returncode == 0, seeded.stdout + seeded.stderr

@@ -47,8 +47,9 @@ print("ok")
 
 
 
-def test_sqlite_store_is_idempotent_and_rolls_up(tmp_path):
-    out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=embedded_env(tmp_path),
+def test_sqlite_store_is_idempotent_and_rolls_up(tmp_path, sqlite_migrated):
+    out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT,
+                         env=embedded_env(tmp_path, sqlite_migrated),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().endswith("ok")

@@ -35,8 +35,9 @@ print("duplicates", dupes)
 """
 
 
-def test_one_price_per_offer_is_enforced_on_sqlite(tmp_path):
-    out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=embedded_env(tmp_path),
+def test_one_price_per_offer_is_enforced_on_sqlite(tmp_path, sqlite_migrated):
+    out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT,
+                         env=embedded_env(tmp_path, sqlite_migrated),
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     # models.W047: SQLite ignores nulls_distinct=False, i.e. drops the whole constraint

@@ -84,8 +84,9 @@ print("ok")
 """
 
 
-def test_the_embedded_sqlite_store_keeps_the_earlier_maximum(tmp_path):
+def test_the_embedded_sqlite_store_keeps_the_earlier_maximum(tmp_path, sqlite_migrated):
     out = subprocess.run([sys.executable, "-c", SQLITE_CHECK], cwd=ROOT,
-                         env=embedded_env(tmp_path), capture_output=True, text=True, timeout=120)
+                         env=embedded_env(tmp_path, sqlite_migrated), capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().endswith("ok")

@@ -184,8 +184,8 @@ print("ok")
 """
 
 
-def test_sqlite_retention_deletes_by_age_with_the_same_settings(tmp_path):
-    env = {**embedded_env(tmp_path), "GREENOPS_RETAIN_RAW_DAYS": "2"}
+def test_sqlite_retention_deletes_by_age_with_the_same_settings(tmp_path, sqlite_migrated):
+    env = {**embedded_env(tmp_path, sqlite_migrated), "GREENOPS_RETAIN_RAW_DAYS": "2"}
     out = subprocess.run([sys.executable, "-c", SQLITE_RETENTION], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
