@@ -9,7 +9,7 @@ interval for the sum of m future days from n observed ones (days independent, ro
 `m` under the root is the new days' own spread; `m^2 / n` is the estimate's uncertainty (the
 mean itself is estimated from n days), which an interval of z x s x sqrt(m) leaves out -- that
 one covered 43-70 % of outcomes in simulation where it claimed 80 %. Student's t, not the normal
-z, because s is estimated too. tests/test_figures_forecast.py checks the coverage on 1,000+
+z, because s is estimated too. tests/kpis/test_figures_forecast.py checks the coverage on 1,000+
 simulated months.
 
 Core layer: imports no app (the budget alert in greenops/alerts calls it).

@@ -6,12 +6,19 @@ access test against someone who must not see it.
 
 from __future__ import annotations
 
-import gzip
-import time
-import uuid
+import subprocess
+import sys
 
 import orjson
 import pytest
+
+from tests.support import ROOT
+from tests.support import browser as browser_support
+from tests.support.embedded import DB_FILE, embedded_env
+
+# make_batch, make_host and gz live in tests/support/factories.py; test modules written before
+# the move import them from here, so they stay importable from tests.conftest.
+from tests.support.factories import gz, make_batch, make_host  # noqa: F401
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -71,7 +78,7 @@ def _price_catalog_after_a_flush(request):
 @pytest.fixture(autouse=True)
 def _no_rate_limits(settings):
     # Failed-attempt counters live in Redis and would carry over between tests and runs;
-    # tests/test_ratelimit.py turns them on for itself.
+    # tests/core/test_ratelimit.py turns them on for itself.
     settings.RATELIMIT_ENABLED = False
     settings.AXES_ENABLED = False  # failed-login counts (django-axes, in the database)
 
@@ -105,17 +112,6 @@ def other_team(users):
     return team
 
 
-def make_host(team, name: str = "gpu-node-1", gpus: int = 2):
-    from greenops.telemetry.models import Gpu, Host
-
-    host = Host(team=team, name=name, instance_type="p4d.24xlarge", region="us-east-1",
-                provider="aws")
-    token = host.set_new_token()
-    host.save()
-    for i in range(gpus):
-        Gpu.objects.create(host=host, index=i, uuid=f"GPU-{uuid.uuid4()}",
-                           name="NVIDIA A100-SXM4-40GB", power_limit_w=400.0)
-    return host, token
 
 
 @pytest.fixture
@@ -123,33 +119,8 @@ def host(team):
     return make_host(team)
 
 
-def make_batch(n_per_gpu: int = 5, gpus=(0, 1), start: float | None = None, step: float = 1.0,
-               source: str = "nvml", **overrides) -> dict:
-    """A valid wire-format v1 batch: n_per_gpu samples for each GPU, one per `step` seconds."""
-    start = time.time() - n_per_gpu * step - 5 if start is None else start
-    cols: dict[str, list] = {k: [] for k in (
-        "ts", "gpu_index", "util_pct", "mem_used_mib", "power_w", "energy_mj", "energy_j",
-        "energy_method", "temp_c", "sm_clock_mhz")}
-    for g in gpus:
-        for i in range(n_per_gpu):
-            cols["ts"].append(start + i * step)
-            cols["gpu_index"].append(g)
-            cols["util_pct"].append(50.0 + g)
-            cols["mem_used_mib"].append(1024.0)
-            cols["power_w"].append(200.0 + 10 * g)
-            cols["energy_mj"].append(1_000_000 + int(i * step * (200 + 10 * g) * 1000))
-            cols["energy_j"].append(None if i == 0 else step * (200.0 + 10 * g))
-            cols["energy_method"].append(None if i == 0 else "counter")
-            cols["temp_c"].append(60.0)
-            cols["sm_clock_mhz"].append(1410.0)
-    doc = {"batch_id": str(uuid.uuid4()), "agent_version": "0.1.0", "sent_at": time.time(),
-           "source": source, "samples": cols}
-    doc.update(overrides)
-    return doc
 
 
-def gz(doc) -> bytes:
-    return gzip.compress(orjson.dumps(doc) if not isinstance(doc, bytes) else doc)
 
 
 @pytest.fixture
@@ -204,3 +175,37 @@ def outbound_connects(monkeypatch):
 
     monkeypatch.setattr(outbound, "_raw_connect", record)
     return attempts
+
+@pytest.fixture
+def page(monkeypatch):
+    """A Chromium page (1280 x 900) through Playwright; tests/support/browser.py launches it."""
+    # Playwright's sync API runs an event loop in this thread; the Django ORM calls made by the
+    # test itself between page actions are still synchronous and safe. Only for this test:
+    # left set, it leaked into later tests' subprocesses (check --deploy reported async.E001).
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_support.CHROMIUM,
+                                    args=browser_support.ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        pg = context.new_page()
+        pg.set_default_timeout(20_000)
+        try:
+            yield pg
+        finally:
+            context.close()
+            browser.close()
+
+
+@pytest.fixture(scope="session")
+def sqlite_migrated(tmp_path_factory):
+    """A database of the embedded default (SQLite) with every migration applied, made once per
+    session (per xdist worker). Tests that need a migrated SQLite database start from a copy,
+    `embedded_env(tmp_path, sqlite_migrated)`; a newcomer's first start
+    (tests/core/test_embedded_default.py's demo test) still migrates from nothing."""
+    folder = tmp_path_factory.mktemp("sqlite-migrated")
+    out = subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT,
+                         env=embedded_env(folder), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return folder / DB_FILE

@@ -2,8 +2,8 @@
 
     python -m greenops.kpis.grafana > dashboards/grafana/greenops.json
 
-tests/test_kpis_grafana.py checks that the committed file is exactly this output, so the panels
-run the PromQL that tests/test_kpis_prometheus.py checked against the KPI API.
+tests/kpis/test_grafana.py checks that the committed file is exactly this output, so the panels
+run the PromQL that tests/kpis/test_prometheus.py checked against the KPI API.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The PromQL the shipped Grafana dashboard runs, in one place.
 
 dashboards/grafana/greenops.json is generated from PANELS (`python -m greenops.kpis.grafana`)
-and tests/test_kpis_prometheus.py runs these same expressions against a real Prometheus that
+and tests/kpis/test_prometheus.py runs these same expressions against a real Prometheus that
 scraped /api/v1/teams/{slug}/metrics, comparing each with the KPI API's figure for the window.
 `$team`, `$workload` and `$__range` are Grafana's variables; the test substitutes them.
 

@@ -257,8 +257,8 @@ def _attach(spec: Spec, start: dt.datetime, cursor) -> int:
     # Parent first, as inserts take them. ATTACH itself needs only SHARE UPDATE EXCLUSIVE on
     # the parent, but an INSERT that already routed a row of this period to the default
     # partition would then fail on the default's new constraint once we commit (found by
-    # tests/test_storage_concurrency.py). SHARE ROW EXCLUSIVE lets in-flight inserts finish and
-    # holds new ones for the few milliseconds this takes; readers are not blocked.
+    # tests/telemetry/test_storage_concurrency.py). SHARE ROW EXCLUSIVE lets in-flight inserts
+    # finish and holds new ones for the few milliseconds this takes; readers are not blocked.
     cursor.execute(f"LOCK TABLE {_q(spec.table)} IN SHARE ROW EXCLUSIVE MODE")
     cursor.execute(f"LOCK TABLE {_q(spec.default)} IN ACCESS EXCLUSIVE MODE")
     cursor.execute(f"CREATE TABLE {_q(name)} (LIKE {_q(spec.table)} INCLUDING DEFAULTS)")

@@ -45,45 +45,46 @@ SCRATCH = ROOT / "var" / "mutation"
 # rewriting as this was written first, so their figures were stable to measure.
 MODULES: dict[str, tuple[str, list[str]]] = {
     "agent-energy": ("collectors/energy.py",
-                     ["tests/test_agent_energy.py", "tests/test_agent_energy_boundaries.py"]),
+                     ["tests/agent/test_energy.py", "tests/agent/test_energy_boundaries.py"]),
     "store": ("greenops/telemetry/store.py",
-              ["tests/test_ingest_api.py", "tests/test_ingest_fast_paths.py",
-               "tests/test_ingest_rollup_peaks.py", "tests/test_ingest_raw_samples.py"]),
-    # tests/test_wire_properties.py (hypothesis, ~20 s a run) is left out: every surviving
-    # mutant of parse_batch would run it in full. tests/test_ingest_wire_edges.py pins the
-    # edges by hand instead.
+              ["tests/telemetry/test_ingest_api.py", "tests/telemetry/test_ingest_fast_paths.py",
+               "tests/telemetry/test_ingest_rollup_peaks.py",
+               "tests/telemetry/test_ingest_raw_samples.py"]),
+    # tests/telemetry/test_wire_properties.py (hypothesis, ~20 s a run) is left out: every
+    # surviving mutant of parse_batch would run it in full.
+    # tests/telemetry/test_ingest_wire_edges.py pins the edges by hand instead.
     "wire": ("greenops/telemetry/wire.py",
-             ["tests/test_ingest_api.py", "tests/test_ingest_fast_paths.py",
-              "tests/test_ingest_raw_samples.py", "tests/test_hostile_bodies.py",
-              "tests/test_non_finite_intakes.py", "tests/test_ingest_wire_edges.py"]),
+             ["tests/telemetry/test_ingest_api.py", "tests/telemetry/test_ingest_fast_paths.py",
+              "tests/telemetry/test_ingest_raw_samples.py", "tests/api/test_hostile_bodies.py",
+              "tests/api/test_non_finite_intakes.py", "tests/telemetry/test_ingest_wire_edges.py"]),
     # decode_body and parse_json, which were wire.py's until they moved beside parse_body
     "body": ("greenops/request_body.py",
-             ["tests/test_hostile_bodies.py", "tests/test_non_finite_intakes.py",
-              "tests/test_ingest_wire_edges.py"]),
+             ["tests/api/test_hostile_bodies.py", "tests/api/test_non_finite_intakes.py",
+              "tests/telemetry/test_ingest_wire_edges.py"]),
     "carbon-accounting": ("greenops/carbon/accounting.py",
-                          ["tests/test_carbon_accounting.py", "tests/test_kpis_measure.py",
-                           "tests/test_carbon_of_hours.py", "tests/test_carbon_history.py"]),
+                          ["tests/carbon/test_accounting.py", "tests/kpis/test_measure.py",
+                           "tests/carbon/test_of_hours.py", "tests/carbon/test_history.py"]),
     "metrics": ("greenops/kpis/metrics.py",
-                ["tests/test_kpis_histogram.py", "tests/test_kpis_measure.py",
-                 "tests/test_kpis_per_inference.py", "tests/test_kpis_percentile_rank.py",
-                 "tests/test_kpis_metrics_merge.py"]),
-    "recommend": ("greenops/costs/recommend.py", ["tests/test_costs_recommend.py"]),
-    "intensity": ("greenops/carbon/intensity.py", ["tests/test_carbon_accounting.py"]),
-    "rollup": ("greenops/kpis/rollup.py", ["tests/test_kpis_rollup.py"]),
+                ["tests/kpis/test_histogram.py", "tests/kpis/test_measure.py",
+                 "tests/kpis/test_per_inference.py", "tests/kpis/test_percentile_rank.py",
+                 "tests/kpis/test_metrics_merge.py"]),
+    "recommend": ("greenops/costs/recommend.py", ["tests/costs/test_recommend.py"]),
+    "intensity": ("greenops/carbon/intensity.py", ["tests/carbon/test_accounting.py"]),
+    "rollup": ("greenops/kpis/rollup.py", ["tests/kpis/test_rollup.py"]),
     "histogram": ("greenops/kpis/histogram.py",
-                  ["tests/test_kpis_histogram.py", "tests/test_kpis_percentile_rank.py",
-                   "tests/test_kpis_histogram_edges.py"]),
+                  ["tests/kpis/test_histogram.py", "tests/kpis/test_percentile_rank.py",
+                   "tests/kpis/test_histogram_edges.py"]),
     "measure": ("greenops/kpis/measure.py",
-                ["tests/test_kpis_measure.py", "tests/test_kpis_rollup.py"]),
+                ["tests/kpis/test_measure.py", "tests/kpis/test_rollup.py"]),
     # accounting.py as rewritten (host terms periods, the one cost model): the fast files that
     # run it in-process (about 45 s in all; no browser test), and the survivors' file. Not
-    # tests/test_idle_minutes_rollup.py: its transactional test flushes the reused test database
-    # (--reuse-db), emptying the price catalog for every later mutant's tests.
+    # tests/telemetry/test_idle_minutes_rollup.py: its transactional test flushes the reused test
+    # database (--reuse-db), emptying the price catalog for every later mutant's tests.
     "cost-accounting": ("greenops/costs/accounting.py",
-                        ["tests/test_costs_accounting.py",
-                         "tests/test_costs_workload_unpriced.py",
-                         "tests/test_costs_terms_history.py", "tests/test_costs_one_model.py",
-                         "tests/test_costs_history.py", "tests/test_costs_accounting_edges.py"]),
+                        ["tests/costs/test_accounting.py",
+                         "tests/costs/test_workload_unpriced.py",
+                         "tests/costs/test_terms_history.py", "tests/costs/test_one_model.py",
+                         "tests/costs/test_history.py", "tests/costs/test_accounting_edges.py"]),
 }
 
 # What the copy needs besides the packages mutmut copies itself (source_paths).

@@ -1,0 +1,164 @@
+"""The demo tells a true story: real instance types with their real boards, both teams priced,
+non-trivial cost, idle cost and recommendations, a plausible energy per inference; and stopping
+it stops the simulated agents it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT
+from tests.support.embedded import embedded_env
+
+DAYS = 2.2  # enough for the two-day cost window below
+
+# The seeded tests share one seeding, so they stay on one xdist worker (--dist loadgroup).
+seeded_group = pytest.mark.xdist_group("demo-seed")
+
+
+@pytest.fixture(scope="module")
+def seeded(django_db_setup, django_db_blocker):
+    """The demo seeded once for this module's tests (it took ~15 s a test, one seeding each),
+    inside a transaction rolled back after them. Each test's own transaction (the `db` fixture)
+    is a savepoint within it, so what one test changes is undone before the next, as before."""
+    from django.db import transaction
+
+    from greenops.demo import seed
+
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            yield seed.seed(DAYS)
+        finally:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
+@pytest.fixture
+def demo(seeded, db):
+    return seeded
+
+
+@seeded_group
+def test_demo_hosts_are_real_instance_types_with_their_boards(demo):
+    from greenops.costs.models import InstanceType
+    from greenops.telemetry.models import Host
+
+    for host in Host.objects.filter(team__slug__in=["ml-platform", "research"]):
+        itype = InstanceType.objects.get(provider="aws", name=host.instance_type)
+        gpus = list(host.gpus.all())
+        # AWS: p5.48xlarge = 8 x H100 80GB at 700 W; g6e.12xlarge = 4 x L40S, g6e.xlarge = 1 x
+        # L40S at 350 W. The simulated boards say the same.
+        assert len(gpus) == itype.gpu_count, host.name
+        family = "H100" if "H100" in itype.gpu_model else "L40S"
+        assert all(family in g.name and "Simulated" in g.name for g in gpus), host.name
+        assert {g.power_limit_w for g in gpus} == {700.0 if family == "H100" else 350.0}
+    assert Host.objects.filter(instance_type="p5.48xlarge").count() == 1
+    assert Host.objects.filter(instance_type="g6e.12xlarge").count() == 1
+
+
+@seeded_group
+def test_demo_fleet_is_priced_with_idle_cost_and_recommendations(demo):
+    from greenops.costs import accounting
+    from greenops.costs.team_recommendations import team_recommendations
+
+    ml, research = demo.teams["ml-platform"], demo.teams["research"]
+    costs = accounting.team_costs(accounting.collect(ml, 2))
+    assert costs["problems"] == [] and costs["total_cost_usd"] is not None
+    # Two days of both hosts, on-demand in us-east-1 from the bundled catalog: the p5 at
+    # $55.04/h and the g6e.12xlarge at $10.49264/h for the 48 hours they ran:
+    # 48 x (55.04 + 10.49264) = $3,145.57.
+    assert costs["total_cost_usd"] == pytest.approx(48 * (55.04 + 10.49264))
+    assert costs["idle_cost_usd"] > 0  # the trainer's idle blocks
+    def kinds(team) -> set[str]:
+        return {r["kind"] for r in team_recommendations(team, 30)["recommendations"]
+                if r["monthly_usd_saved"] > 0}
+
+    assert "spot" in kinds(ml)  # checkpointed fine-tuning on on-demand H100s
+    assert "stop_idle" in kinds(research)  # the box left idle four days ago
+
+
+@seeded_group
+def test_demo_energy_per_inference_is_plausible_for_an_8b_model(demo):
+    from greenops.kpis import queries
+    from greenops.workloads.models import Workload
+
+    chat = Workload.objects.get(team=demo.teams["ml-platform"], slug="chat-llm")
+    k = queries.overview(demo.teams["ml-platform"], chat, "day")["current"]
+    # 4 L40S at up to 350 W serving ~12 replies/s each at full load, 180 tokens per reply:
+    # 290 W / 12 /s = 24 J per reply when busy, more when idle power is shared by fewer
+    # replies. Published 8B-model figures on this class of GPU are 0.1-0.5 J per token.
+    assert 15 < k["energy_per_inference_j"] < 80
+    assert 0.08 < k["energy_per_token_j"] < 0.5
+    assert k["simulated"]
+
+
+@seeded_group
+def test_demo_seed_is_idempotent(demo):
+    from greenops.demo import seed
+    from greenops.telemetry.models import GpuSample
+
+    before = GpuSample.objects.count()
+    again = seed.seed(DAYS)
+    assert not again.backfilled and GpuSample.objects.count() == before
+    assert again.idle_since == demo.idle_since  # the research box tells the same story
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out.update(int(p) for p in text)
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_sigterm_stops_the_demo_and_its_agents(tmp_path, sqlite_migrated):
+    port = _free_port()
+    env = embedded_env(tmp_path, sqlite_migrated)
+    seeded = subprocess.run([sys.executable, "manage.py", "demo", "--no-serve", "--days", "0.1"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
+    proc = subprocess.Popen([sys.executable, "manage.py", "demo", "--port", str(port)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        agents: set[int] = set()
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                agents = {p for p in _children(proc.pid)
+                          if b"greenops.demo.agent" in Path(f"/proc/{p}/cmdline").read_bytes()}
+                if len(agents) == 3:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        assert len(agents) == 3, "the demo should run one live agent per demo host"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out
+        assert "Demo stopped" in out
+        for pid in agents:  # reaped by the demo: no process left with that id
+            assert not Path(f"/proc/{pid}").exists() or \
+                b"greenops.demo.agent" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
