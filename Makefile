@@ -21,11 +21,17 @@ setup: $(VENV)/.installed
 demo: setup
 	$(PY) manage.py demo
 
-# Debian's Chromium for the Playwright tests (Playwright's own browser download is not used).
+# Debian packages the suite uses: Chromium for the Playwright tests (Playwright's own browser
+# download is not used), DejaVu and Noto CJK fonts that report PDFs embed, and Prometheus, which
+# tests/kpis/test_prometheus.py starts on loopback. Installed only where missing.
+DEBIAN_PACKAGES := chromium fonts-dejavu-core fonts-noto-cjk prometheus
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "installing Debian's chromium"; \
-	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian's $$missing"; \
+	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $$missing >/dev/null; \
+	fi
 
 services:
 	bash .ci/services
