@@ -57,6 +57,22 @@ def floor_day(t: dt.datetime) -> dt.datetime:
     return floor(t, DAY)
 
 
+def local_days(start: dt.datetime, end: dt.datetime,
+               tz: dt.tzinfo) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The whole local calendar days in `tz` from the midnight that begins `start`'s day up to
+    the midnight that begins `end`'s, as [start, end) pairs in UTC. A daylight-saving day is
+    23 or 25 hours long: each day ends at the next local midnight, not 24 h later."""
+    day = start.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
+    stop = end.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
+    out = []
+    while day < stop:
+        # Wall-clock arithmetic: 02:00 the next day is always on the next date, DST or not.
+        nxt = (day + dt.timedelta(days=1, hours=2)).replace(hour=0)
+        out.append((day.astimezone(dt.UTC), nxt.astimezone(dt.UTC)))
+        day = nxt
+    return out
+
+
 def ceil(t: dt.datetime, step: dt.timedelta) -> dt.datetime:
     f = floor(t, step)
     return f if f == t else f + step

@@ -184,15 +184,8 @@ def figure(scope: Scope, kpi_key: str, start: dt.datetime, end: dt.datetime) -> 
 
 def daily(scope: Scope, kpi_key: str, now: dt.datetime, tz: dt.tzinfo) -> list[Figure]:
     """One figure per complete local day of the current month, oldest first."""
-    start = month_start(now, tz)
-    today = now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0)
-    out = []
-    day = start.astimezone(tz)
-    while day < today:
-        nxt = (day + dt.timedelta(days=1, hours=2)).replace(hour=0)  # DST-safe next midnight
-        out.append(figure(scope, kpi_key, day.astimezone(dt.UTC), nxt.astimezone(dt.UTC)))
-        day = nxt
-    return out
+    return [figure(scope, kpi_key, start, end)
+            for start, end in windows.local_days(month_start(now, tz), now, tz)]
 
 
 def hosts_last_seen(scope: Scope) -> list[tuple[str, dt.datetime | None]]:

@@ -152,3 +152,25 @@ def test_lookback_from_request_404s_on_unknown_values(rf):
     for bad in ("14", "x", "-7", ""):
         with pytest.raises(Http404):
             windows.lookback_from_request(rf.get("/", {"lookback": bad}))
+
+
+def test_local_days_follow_local_midnights_across_both_dst_changes():
+    """Europe/Paris, March and October 2026: the spring day is 23 h, the autumn day 25 h."""
+    from zoneinfo import ZoneInfo
+
+    from greenops.windows import local_days
+
+    paris = ZoneInfo("Europe/Paris")
+    start = dt.datetime(2026, 3, 28, 12, tzinfo=dt.UTC)  # Saturday noon
+    end = dt.datetime(2026, 3, 30, 8, tzinfo=dt.UTC)  # Monday 10:00 CEST
+    days = local_days(start, end, paris)
+    # 28 Mar 00:00 CET = 27 Mar 23:00 UTC; 29 Mar 00:00 CET = 28 Mar 23:00 UTC;
+    # 30 Mar 00:00 CEST = 29 Mar 22:00 UTC: the 29th lasts 23 hours.
+    assert days == [(dt.datetime(2026, 3, 27, 23, tzinfo=dt.UTC),
+                     dt.datetime(2026, 3, 28, 23, tzinfo=dt.UTC)),
+                    (dt.datetime(2026, 3, 28, 23, tzinfo=dt.UTC),
+                     dt.datetime(2026, 3, 29, 22, tzinfo=dt.UTC))]
+    (autumn,) = local_days(dt.datetime(2026, 10, 25, 5, tzinfo=dt.UTC),
+                           dt.datetime(2026, 10, 26, 5, tzinfo=dt.UTC), paris)
+    assert autumn[1] - autumn[0] == dt.timedelta(hours=25)  # 25 Oct 2026, clocks go back
+    assert local_days(end, end, paris) == []
