@@ -248,7 +248,8 @@ def test_the_costs_page_figures_of_one_day_whole(team):
     del out["hosts"]
     assert out == {
         "team": team.slug, "lookback_days": 1, "start": start.isoformat(),
-        "end": END.isoformat(), "method": METHOD, "total_cost_usd": 20.0,
+        "end": END.isoformat(), "window_text": "24 hours to 30 Nov 2026 06:00 UTC",
+        "method": METHOD, "total_cost_usd": 20.0,
         "priced_cost_usd": 20.0, "idle_cost_usd": 10.0, "idle_threshold_pct": 5.0,
         "stale_prices": False, "problems": [],
         "workloads": [{"slug": w.slug, "name": "trainer", "kind": "training", "gpu_hours": 2,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import time
+from collections import Counter
 
 import pytest
 from pypdf import PdfReader
@@ -101,5 +102,11 @@ def test_a_1000_host_report_with_a_recommendation_naming_them_all_completes(unic
     for i in (0, 1, 499, 500, 998, 999):
         assert f"gpu-node-{i:04d}" in text, i
     data = csv_writer.write(fig)
-    assert data.decode().count("\r\n") == 1 + 1 + 1000 + len(fig["workloads"]) + len(fig["jobs"])
+    # Header, total, 1,000 host rows, the workload and job rows, and the explicit "not
+    # attributed" rows (hosts, workloads) that make the rows add up to the total (issue 29).
+    kinds = Counter(r["row_type"] for r in csv.DictReader(io.StringIO(data.decode())))
+    assert kinds["host"] == 1000 and kinds["total"] == 1
+    assert data.decode().count("\r\n") == (1 + 1 + 1000 + len(fig["workloads"]) + len(fig["jobs"])
+                                           + kinds["not_attributed"])
+    assert kinds["not_attributed"] == 2
     print(f"1,000-host PDF: {pages} pages, {len(pdf) / 1024:.0f} KiB in {elapsed:.1f} s")
