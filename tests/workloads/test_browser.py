@@ -28,6 +28,8 @@ def test_register_workload_and_token_then_report_inferences(live_server, page, u
 
     page.goto(f"{live_server.url}/teams/{team.slug}/api-tokens/")
     page.get_by_label("Name").fill("chat service")
+    # A new token reads by default (least privilege); the service sends inferences: ingest.
+    page.get_by_label("Scope").select_option("ingest")
     page.get_by_role("button", name="Create token").click()
     token = page.locator("#new-token").inner_text()
     assert token.startswith("gha_")
