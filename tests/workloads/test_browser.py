@@ -3,6 +3,8 @@ inference counts with that token and the workload's KPIs show them."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from collectors.client import GreenOpsClient
@@ -35,7 +37,9 @@ def test_register_workload_and_token_then_report_inferences(live_server, page, u
     assert token.startswith("gha_")
 
     client = GreenOpsClient(live_server.url, token)
-    client.record_inferences("chat-llm", 300, latencies_ms=[40.0] * 297 + [900.0] * 3)
+    # Counted in the last finished hour: figures count whole finished hours (windows.period).
+    end = (time.time() // 3600) * 3600 - 1800
+    client.record_inferences("chat-llm", 300, latencies_ms=[40.0] * 297 + [900.0] * 3, end=end)
     assert InferenceWindow.objects.get().requests == 300
     factors = Factors(site_factors=lambda h, hour: SiteFactors(1.2, "test", 300.0, "test"),
                       price=lambda h, hour: HourlyPrice(4.0, "on_demand", "test", None, False))
