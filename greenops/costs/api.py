@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Router
@@ -15,18 +17,19 @@ from greenops.costs.team_recommendations import team_recommendations
 from greenops.teams.api_tokens import authorize_caller, team_auth
 
 router = Router(tags=["costs"])
+Lookback = Literal[tuple(str(d) for d in windows.LOOKBACK_DAYS)]  # days, as parse_lookback reads
 
 
 @router.get("/teams/{slug}/recommendations", auth=team_auth, response={200: dict},
             summary="Purchase-option recommendations from measured usage (estimates)")
-def get_recommendations(request: HttpRequest, slug: str, lookback: str | None = None):
+def get_recommendations(request: HttpRequest, slug: str, lookback: Lookback | None = None):
     team = authorize_caller(request, slug, "team.view")
     return Status(200, team_recommendations(team, windows.parse_lookback(lookback)))
 
 
 @router.get("/teams/{slug}/costs", auth=team_auth, response={200: dict},
             summary="Cost per host, workload and idle GPU-hours over a lookback")
-def get_costs(request: HttpRequest, slug: str, lookback: str | None = None):
+def get_costs(request: HttpRequest, slug: str, lookback: Lookback | None = None):
     team = authorize_caller(request, slug, "team.view")
     return Status(200, team_costs(collect(team, windows.parse_lookback(lookback))))
 

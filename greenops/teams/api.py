@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Field, Router, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
@@ -24,8 +26,9 @@ class ErrorOut(Schema):
 
 
 class InviteIn(Schema):
-    email: str
-    role: str = Role.MEMBER
+    # What create_invitation checks: an address with an @, the column's 254 characters, no NUL.
+    email: str = Field(max_length=254, pattern=r"^[^\x00]*@[^\x00]*$")
+    role: Literal[tuple(Role.values)] = Role.MEMBER.value
 
 
 @router.get("/permissions", auth=django_auth, summary="The permission matrix")
