@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated
 
 from django.conf import settings
 from django.http import HttpRequest
 from ninja import Schema
 from ninja.responses import Status
 from ninja.security import django_auth
+from pydantic import WithJsonSchema
 
 from greenops import windows
 from greenops.api.error_answers import api
@@ -21,7 +22,8 @@ from greenops.telemetry.host_auth import host_token, host_token_for_samples
 from greenops.telemetry.models import Host
 from greenops.telemetry.queries import RANGES, team_usage
 
-UsageRange = Literal[tuple(RANGES)]
+# windows.parse_range checks it (a 422 naming range); the schema lists the same keys.
+UsageRange = Annotated[str, WithJsonSchema({"type": "string", "enum": list(RANGES)})]
 
 
 class Accepted(Schema):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
-from ninja import Query, Router
+from ninja import Router
 from ninja.responses import Status
+from pydantic import WithJsonSchema
 
 from greenops import windows
 from greenops.kpis import exposition, inference, queries
@@ -17,10 +18,12 @@ from greenops.telemetry.host_auth import team_or_host_token_auth
 from greenops.workloads.models import Workload
 
 router = Router(tags=["kpis"])
-KpiRange = Literal[tuple(queries.RANGES)]
-# windows.parse_month: YYYY-MM, years 0001 to 9998 (no lookahead: pydantic's regex has none).
+# Checked by windows.parse_range and parse_month (422s naming the parameter); declared here.
+KpiRange = Annotated[str, WithJsonSchema({"type": "string", "enum": list(queries.RANGES)})]
+# windows.parse_month: YYYY-MM, years 0001 to 9998 (or empty: no month).
 MONTH = (r"^((000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|"
          r"999[0-8])-(0[1-9]|1[0-2]))?$")
+Month = Annotated[str, WithJsonSchema({"type": "string", "pattern": MONTH})]
 
 _COUNT = {"type": "integer", "minimum": 0}
 INFERENCE_SCHEMA = {
@@ -76,7 +79,7 @@ def post_inference(request: HttpRequest):
 @router.get("/teams/{slug}/kpis", auth=team_auth, response={200: dict},
             summary="KPIs of a team or one of its workloads, with the previous period")
 def get_kpis(request: HttpRequest, slug: str, range: KpiRange = "day", workload: str = "",
-             start: str = "", end: str = "", month: str = Query("", pattern=MONTH)):
+             start: str = "", end: str = "", month: Month = ""):
     """`range` picks a named period (whole finished hours to the start of this hour); `month`
     (YYYY-MM) a calendar month in the team's time zone, so far while it runs (the window its
     report covers); `start` and `end` (ISO 8601) any other window, widened to whole hours

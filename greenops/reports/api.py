@@ -20,8 +20,8 @@ router = Router(tags=["reports"])
 
 class ReportRequest(Schema):
     # Month.parse: YYYY-MM from 2000 on.
-    month: str = Field(pattern=r"^(2[0-9]{3}|[3-9][0-9]{3})-(0[1-9]|1[0-2])$",
-                       examples=["2026-10"])
+    month: str = Field(json_schema_extra={"pattern": "^(2[0-9]{3}|[3-9][0-9]{3})-(0[1-9]|1[0-2])$",
+                                          "examples": ["2026-10"]})
 
 
 @router.get("/teams/{slug}/reports", auth=team_auth, response={200: list[dict]},

@@ -65,14 +65,23 @@ def test_the_codes_the_issue_names_have_a_code(status):
 
 def test_a_nul_that_reaches_postgresql_is_a_422_not_a_500(client, users, team):
     """Found by the negative schemathesis run: a NUL in an alert rule's host scope reached
-    PostgreSQL ("text fields cannot contain NUL"), a 500. Any such DataError is the client's
-    data: a 422 in the house shape, the database's words not echoed."""
+    PostgreSQL ("text fields cannot contain NUL"), a 500. The alerts app now names the field
+    itself; any DataError an app lets through is still the client's data: a 422 in the house
+    shape, the database's words not echoed."""
+    from django.db import DataError
+    from django.test import RequestFactory
+
+    from greenops.api.error_answers import on_data_error
+
     client.force_login(users["owner"])
     r = client.post(f"/api/v1/teams/{team.slug}/alerts", orjson.dumps(
         {"name": "Spend \u0000", "kind": "budget", "kpi": "cost_usd", "fire_level": 500}),
         content_type="application/json")
     assert r.status_code == 422, r.content
-    assert _shape(r)["error"] == "validation_error"
+    assert _shape(r)["error"] == "validation_error" and _shape(r)["field"] == "name"
+    r = on_data_error(RequestFactory().post("/api/v1/x"),
+                      DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes"))
+    assert r.status_code == 422
     assert "does not fit what the server stores" in _shape(r)["message"]  # the DataError path
     assert "PostgreSQL" not in r.content.decode()
 
