@@ -63,13 +63,12 @@ def test_the_codes_the_issue_names_have_a_code(status):
     assert status in CODES
 
 
-def test_a_nul_that_reaches_postgresql_is_a_422_not_a_500(client, users, team):
-    """Found by the negative schemathesis run: a NUL in an alert rule's host scope reached
-    PostgreSQL ("text fields cannot contain NUL"), a 500. The alerts app now names the field
-    itself; any DataError an app lets through is still the client's data: a 422 in the house
-    shape, the database's words not echoed."""
+def test_a_nul_that_reaches_postgresql_is_a_422_not_a_500(client, users, team, rf):
+    """Found by the negative schemathesis run: a NUL in an alert rule reached PostgreSQL ("text
+    fields cannot contain NUL"), a 500. The alerts app now refuses it itself, naming the field;
+    any DataError that still gets through is the client's data too: a 422 in the house shape,
+    the database's words not echoed."""
     from django.db import DataError
-    from django.test import RequestFactory
 
     from greenops.api.error_answers import on_data_error
 
@@ -79,11 +78,15 @@ def test_a_nul_that_reaches_postgresql_is_a_422_not_a_500(client, users, team):
         content_type="application/json")
     assert r.status_code == 422, r.content
     assert _shape(r)["error"] == "validation_error" and _shape(r)["field"] == "name"
-    r = on_data_error(RequestFactory().post("/api/v1/x"),
-                      DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes"))
-    assert r.status_code == 422
-    assert "does not fit what the server stores" in _shape(r)["message"]  # the DataError path
     assert "PostgreSQL" not in r.content.decode()
+    # The net under every app: a DataError raised by the database becomes this answer.
+    answer = on_data_error(rf.post("/api/v1/anything"),
+                           DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes"))
+    assert answer.status_code == 422
+    body = orjson.loads(answer.content)
+    assert body["error"] == "validation_error" and set(body) == {"error", "field", "message"}
+    assert "does not fit what the server stores" in body["message"]
+    assert "PostgreSQL" not in body["message"]
 
 
 def test_the_codecarbon_api_declares_its_token_and_error_shape():
