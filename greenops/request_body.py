@@ -52,7 +52,6 @@ def declared_body(schema: dict, *, required: bool = True) -> dict:
 
 # JSON Schema patterns the OpenAPI schemas share (ECMA and Python regex alike).
 NO_NUL = "^[^\\u0000]*$"  # PostgreSQL text cannot hold NUL, so no text field accepts one
-UUID = "^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
 
 
 def text(max_len: int, *, required: bool = False, nullable: bool = False, **extra) -> dict:
