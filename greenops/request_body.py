@@ -50,6 +50,20 @@ def declared_body(schema: dict, *, required: bool = True) -> dict:
                             "content": {"application/json": {"schema": schema}}}}
 
 
+# JSON Schema patterns the OpenAPI schemas share (ECMA and Python regex alike).
+NO_NUL = "^[^\\u0000]*$"  # PostgreSQL text cannot hold NUL, so no text field accepts one
+
+
+def text(max_len: int, *, required: bool = False, nullable: bool = False, **extra) -> dict:
+    """The schema of a text field wire.text_field accepts: a string of at most max_len
+    characters without NUL, non-empty where required."""
+    out = {"type": ["string", "null"] if nullable else "string", "maxLength": max_len,
+           "pattern": NO_NUL, **extra}
+    if required:
+        out["minLength"] = 1
+    return out
+
+
 def decode_body(body: bytes, gzip_encoded: bool, max_bytes: int) -> bytes:
     if not gzip_encoded:
         if len(body) > max_bytes:

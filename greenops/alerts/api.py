@@ -22,38 +22,77 @@ RULE_KEYS = {"name", "enabled", "kind", "kpi", "window", "host", "gpu", "workloa
              "fire_level", "clear_level", *rules.INT_LIMITS, "budget_forecast", "no_data",
              "include_simulated", "channels", "mute_weekdays", "mute_start_hour",
              "mute_end_hour"}
-_INT = {"type": "integer", "minimum": 0}
+_NO_NUL = "^[^\\u0000]*$"  # PostgreSQL text cannot hold NUL (_doc refuses it, naming the field)
+_TEXT = {"type": "string", "pattern": _NO_NUL}
+_COMMON = {
+    # One line: no control character, not blank (rules.clean strips and checks).
+    "name": {"type": "string", "maxLength": 120,
+             "pattern": "^[^\\u0000-\\u001f]*[^\\s\\u0000-\\u001f][^\\u0000-\\u001f]*$"},
+    "enabled": {"type": "boolean"},
+    "host": {**_TEXT, "description": "scope: a host name"},
+    "gpu": {**_TEXT, "description": "scope: host-name:index"},
+    "direction": {"enum": ["above", "below"]},
+    **{k: {"type": "integer", "minimum": lo, "maximum": hi}
+       for k, (lo, hi) in rules.INT_LIMITS.items()},
+    "budget_forecast": {"type": "boolean"},
+    "no_data": {"enum": list(NoDataPolicy.values)},
+    "include_simulated": {"type": "boolean"},
+    "channels": {"type": "array", "items": _TEXT, "description": "channel names of the team"},
+    "mute_weekdays": {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                                  "maximum": 6}},
+    "mute_start_hour": {"type": "integer", "minimum": 0, "maximum": 23},
+    "mute_end_hour": {"type": "integer", "minimum": 0, "maximum": 23},
+}
+_WORKLOAD = {**_TEXT, "description": "scope: a workload slug"}
+_FIRE = {"type": "number", "description": "threshold: KPI units; change: %; budget: the "
+         "month's budget in USD or kg CO2e"}
+_CLEAR = {"type": ["number", "null"], "description": "hysteresis: where a firing rule clears "
+          "(threshold: on the far side of fire_level; change: between 0 and fire_level)"}
+_SCOPE = ("host", "gpu", "workload")
+
+
+def _kind(kind: str, required: list[str], **properties) -> dict:
+    """The body for one kind of rule: rules.clean's checks for that kind."""
+    scope = [k for k in _SCOPE if k in _COMMON or k in properties]
+    return {"type": "object", "required": ["name", "kind", *required],
+            "additionalProperties": False,
+            # A rule has one scope (host, gpu or workload), not several.
+            "not": {"anyOf": [{"required": [a, b]} for i, a in enumerate(scope)
+                              for b in scope[i + 1:]]},
+            "dependentRequired": {"mute_start_hour": ["mute_end_hour"],
+                                  "mute_end_hour": ["mute_start_hour"]},
+            "properties": {**_COMMON, "kind": {"const": kind}, **properties}}
+
+
 RULE_SCHEMA = {
-    "type": "object", "required": ["name", "kind"],
-    "properties": {
-        "name": {"type": "string", "maxLength": 120},
-        "enabled": {"type": "boolean"},
-        "kind": {"enum": list(RuleKind.values)},
-        "kpi": {"enum": list(kpi_values.KPIS), "description": "not for kind=stopped"},
-        "window": {"enum": list(kpi_values.WINDOWS),
-                   "description": "threshold: any; change: 1h, 6h, 24h, 7d; budget: month"},
-        "host": {"type": "string", "description": "scope: a host name"},
-        "gpu": {"type": "string", "description": "scope: host-name:index"},
-        "workload": {"type": "string", "description": "scope: a workload slug"},
-        "direction": {"enum": ["above", "below"]},
-        "fire_level": {"type": "number", "description": "threshold: KPI units; change: %; "
-                       "budget: the month's budget in USD or kg CO2e"},
-        "clear_level": {"type": ["number", "null"],
-                        "description": "hysteresis: where a firing rule clears"},
-        **{k: _INT for k in rules.INT_LIMITS},
-        "budget_forecast": {"type": "boolean"},
-        "no_data": {"enum": list(NoDataPolicy.values)},
-        "include_simulated": {"type": "boolean"},
-        "channels": {"type": "array", "items": {"type": "string"},
-                     "description": "channel names of the team"},
-        "mute_weekdays": {"type": "array", "items": {"type": "integer", "minimum": 0,
-                                                      "maximum": 6}},
-        "mute_start_hour": {"type": ["integer", "null"]},
-        "mute_end_hour": {"type": ["integer", "null"]},
-    },
+    "description": "One of four kinds of rule. The names of hosts, GPUs, workloads and channels "
+                   "must be the team's.",
+    "oneOf": [
+        _kind(RuleKind.THRESHOLD, ["kpi", "fire_level"], kpi={"enum": list(kpi_values.KPIS)},
+              window={"enum": list(kpi_values.WINDOWS)}, workload=_WORKLOAD,
+              fire_level=_FIRE, clear_level=_CLEAR),
+        _kind(RuleKind.CHANGE, ["kpi", "fire_level"], kpi={"enum": list(kpi_values.KPIS)},
+              window={"enum": list(rules.ROLLING)}, workload=_WORKLOAD,
+              fire_level={**_FIRE, "exclusiveMinimum": 0}, clear_level=_CLEAR),
+        _kind(RuleKind.BUDGET, ["kpi", "fire_level"],
+              kpi={"enum": list(kpi_values.BUDGET_KPIS)}, window={"const": "month"},
+              workload=_WORKLOAD, fire_level={**_FIRE, "exclusiveMinimum": 0}),
+        _kind(RuleKind.STOPPED, []),  # watches a host, a GPU's host or the team
+    ],
 }
 _BODY = {"requestBody": {"required": True, "content": {"application/json": {
     "schema": RULE_SCHEMA}}}}
+
+
+def _nul_at(value, path: str) -> str | None:
+    """The path of the first text holding a NUL, which PostgreSQL text cannot store."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, list):
+        return next((p for i, v in enumerate(value) if (p := _nul_at(v, f"{path}[{i}]"))), None)
+    if isinstance(value, dict):
+        return next((p for k, v in value.items() if (p := _nul_at(v, f"{path}.{k}"))), None)
+    return None
 
 
 def _doc(request: HttpRequest) -> dict:
@@ -63,6 +102,9 @@ def _doc(request: HttpRequest) -> dict:
     unknown = set(doc) - RULE_KEYS
     if unknown:
         raise invalid(sorted(unknown)[0], "is not a known field")
+    for key, value in doc.items():
+        if where := _nul_at(value, key):
+            raise invalid(where, "must not contain a NUL character (\\u0000)")
     return doc
 
 

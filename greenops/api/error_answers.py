@@ -14,7 +14,8 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from greenops import body_limits
-from greenops.errors import FieldError
+from greenops.errors import FieldError, invalid
+from greenops.request_body import NO_NUL
 from greenops.teams.api_tokens import usage_examples
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ class GreenOpsAPI(NinjaAPI):
                  "content": {"application/json": {"schema": ref}}}
         for path, operations in schema["paths"].items():
             for method, operation in operations.items():
+                for param in operation.get("parameters", ()):
+                    _no_nul(param["schema"])
                 operation["responses"].setdefault("default", error)
                 operation.setdefault("security", [])
                 if any("TeamAuth" in s for s in operation["security"]):
@@ -95,11 +98,22 @@ def on_database_down(request: HttpRequest, exc: Exception):
         retry_after_s=UNAVAILABLE_RETRY_AFTER_S))
 
 
+def _no_nul(schema: dict) -> None:
+    """A free-text parameter cannot hold NUL (PostgreSQL text cannot): say so in its schema."""
+    for option in schema.get("anyOf", [schema]):
+        if option.get("type") == "string" and not {"enum", "pattern", "format"} & set(option):
+            option["pattern"] = NO_NUL
+
+
 def on_data_error(request: HttpRequest, exc: Exception):
     """A value PostgreSQL refuses (a NUL character in a text, a number past its column) that
     an app's validation let through: the client's data, so a 422, not a 500. The database's
     message is logged, not echoed. Apps should name the field themselves first."""
     log.warning("data refused by the database at %s: %s", request.path, exc)
+    # A NUL in a query parameter: name the parameter (bodies are the apps' to check).
+    nul = next((k for k, values in request.GET.lists() if any("\x00" in v for v in values)), None)
+    if nul is not None:
+        return on_field_error(request, invalid(nul, "must not contain a NUL character (\\u0000)"))
     return on_field_error(request, FieldError(
         422, "validation_error", None, "a value does not fit what the server stores: a NUL "
         "character (\\u0000) in a text, or a number out of range"))

@@ -3,19 +3,27 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from django.conf import settings
 from django.http import HttpRequest
 from ninja import Schema
 from ninja.responses import Status
 from ninja.security import django_auth
+from pydantic import WithJsonSchema
 
 from greenops import windows
 from greenops.api.error_answers import api
 from greenops.api.fastpath import answer_samples
-from greenops.request_body import json_body
+from greenops.request_body import json_body, text
 from greenops.teams.api_tokens import authorize_caller, team_auth
-from greenops.telemetry import host_samples, ingest
+from greenops.telemetry import host_samples, ingest, wire
 from greenops.telemetry.host_auth import host_token, host_token_for_samples
+from greenops.telemetry.models import Host
 from greenops.telemetry.queries import RANGES, team_usage
+
+# windows.parse_range checks it (a 422 naming range); the schema lists the same keys.
+UsageRange = Annotated[str, WithJsonSchema({"type": "string", "enum": list(RANGES)})]
 
 
 class Accepted(Schema):
@@ -30,40 +38,49 @@ class ErrorOut(Schema):
     message: str
 
 
-_COLUMN = {"type": "array", "items": {"type": ["number", "null"]}}
+def _column(items: dict, description: str = "") -> dict:
+    out = {"type": "array", "items": items, "minItems": 1,
+           "maxItems": settings.INGEST_MAX_SAMPLES}
+    return {**out, "description": description} if description else out
+
+
+def _bounded(lo: float, hi: float) -> dict:
+    return _column({"type": ["number", "null"], "minimum": lo, "maximum": hi})
+
+
+# What wire.parse_batch accepts (besides equal column lengths, distinct timestamps per GPU
+# within the accepted age, and GPUs of the host's inventory, which JSON Schema cannot say).
 BATCH_SCHEMA = {
     "type": "object",
     "required": ["batch_id", "source", "samples"],
     "properties": {
         "batch_id": {"type": "string", "format": "uuid",
                      "description": "Fixed when the agent spools the batch; a resend is a no-op."},
-        "agent_version": {"type": "string"},
+        "agent_version": text(32),
         "sent_at": {"type": "number", "description": "Agent clock, Unix seconds."},
-        "source": {"type": "string", "enum": ["nvml", "simulated", "dcgm"],
+        "source": {"type": "string", "enum": list(wire.SOURCES),
                    "description": "dcgm: read from dcgm-exporter (measured, not simulated)"},
         "samples": {
             "type": "object",
-            "description": "Columnar: one array per field, all the same length.",
+            "description": "Columnar: one array per field, all the same length (at most "
+                           "INGEST_MAX_SAMPLES).",
+            "required": list(wire.REQUIRED_COLUMNS),
+            "additionalProperties": False,
             "properties": {
-                "ts": {"type": "array", "items": {"type": "number"},
-                       "description": "Unix seconds"},
-                "gpu_index": {"type": "array", "items": {"type": "integer"}},
-                "util_pct": _COLUMN, "mem_used_mib": _COLUMN, "power_w": _COLUMN,
-                "energy_mj": {"type": "array", "items": {"type": ["integer", "null"]},
-                              "description": "NVML total-energy counter, mJ"},
-                "energy_j": {**_COLUMN, "description": "Energy since this GPU's previous sample"},
-                "energy_method": {"type": "array",
-                                  "items": {"enum": ["counter", "power", "counter_gap", None]},
-                                  "description": "counter_gap: the counter across an agent "
-                                                 "restart (energy_j spans the gap)"},
-                "temp_c": _COLUMN, "sm_clock_mhz": _COLUMN,
+                "ts": _column({"type": "number"}, "Unix seconds"),
+                "gpu_index": _column({"type": "integer", "minimum": 0, "maximum": 1023}),
+                **{name: _bounded(lo, hi) for name, (lo, hi) in wire.FLOAT_FIELDS.items()},
+                "energy_mj": _column({"type": ["integer", "null"], "minimum": 0},
+                                     "NVML total-energy counter, mJ"),
+                "energy_method": _column({"enum": list(wire.ENERGY_METHODS)},
+                                         "counter_gap: the counter across an agent restart "
+                                         "(energy_j spans the gap)"),
                 # Optional (issue 14): absent = null for every sample.
-                **{name: _COLUMN for name in (
-                    "mem_util_pct", "mem_clock_mhz", "pcie_tx_kib_s", "pcie_rx_kib_s",
-                    "power_limit_w", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct",
-                    "dram_active_pct", "nvlink_tx_kib_s", "nvlink_rx_kib_s")},
-                "throttle_reasons": {"type": "array", "items": {"type": ["integer", "null"]},
-                                     "description": "nvmlClocksThrottleReason* bitmask"},
+                **{name: _bounded(lo, hi)
+                   for name, (lo, hi) in wire.OPTIONAL_FLOAT_FIELDS.items()},
+                wire.THROTTLE_FIELD: _column(
+                    {"type": ["integer", "null"], "minimum": 0, "maximum": 2**32 - 1},
+                    "nvmlClocksThrottleReason* bitmask"),
             },
         },
     },
@@ -75,9 +92,9 @@ _LIMIT = {"type": ["number", "null"], "minimum": 0, "exclusiveMaximum": 1e7}
 GPU_SCHEMA = {
     "type": "object",
     "required": ["index"],
-    "properties": {"index": {"type": "integer", "minimum": 0, "maximum": 1023},
-                   "uuid": {"type": "string", "maxLength": 96},
-                   "name": {"type": "string", "maxLength": 96},
+    "properties": {"index": {"type": "integer", "minimum": 0, "maximum": 1023,
+                             "description": "distinct within the inventory"},
+                   "uuid": text(96), "name": text(96),
                    "power_limit_w": _LIMIT, "memory_total_mib": _LIMIT,
                    "max_sm_clock_mhz": _LIMIT, "max_mem_clock_mhz": _LIMIT},
 }
@@ -86,7 +103,8 @@ INVENTORY_SCHEMA = {
     "required": ["gpus"],
     "properties": {"gpus": {"type": "array", "items": GPU_SCHEMA, "minItems": 1,
                             "maxItems": ingest.INVENTORY_LIMIT},
-                   "agent_version": {"type": "string"}, "hostname": {"type": "string"}},
+                   "agent_version": text(Host._meta.get_field("agent_version").max_length),
+                   "hostname": text(Host._meta.get_field("hostname").max_length)},
 }
 
 
@@ -142,7 +160,6 @@ class HostSamplesOut(Schema):
     inserted: int
 
 
-_RATE = {"type": "array", "items": {"type": ["number", "null"], "minimum": 0}}
 
 
 @api.post(
@@ -156,12 +173,15 @@ _RATE = {"type": "array", "items": {"type": ["number", "null"], "minimum": 0}}
             "type": "object", "required": ["batch_id", "samples"],
             "properties": {
                 "batch_id": {"type": "string", "format": "uuid"},
-                "agent_version": {"type": "string", "maxLength": 32},
-                "samples": {"type": "object", "description": "Columnar: one array per field",
-                            "required": list(host_samples.COLUMNS), "properties": {
-                                "ts": {"type": "array", "items": {"type": "number"}},
-                                "interval_s": {"type": "array", "items": {"type": "number"}},
-                                **{k: _RATE for k in host_samples.FLOAT_FIELDS}}},
+                "agent_version": text(32),
+                "samples": {"type": "object", "description": "Columnar: one array per field, "
+                            "all the same length", "required": list(host_samples.COLUMNS),
+                            "additionalProperties": False, "properties": {
+                                "ts": _column({"type": "number"}, "Unix seconds"),
+                                "interval_s": _column({"type": "number", "exclusiveMinimum": 0,
+                                                       "maximum": 3600}),
+                                **{k: _bounded(lo, hi)
+                                   for k, (lo, hi) in host_samples.FLOAT_FIELDS.items()}}},
                 "processes": {"type": "object", "description": "who holds each GPU: "
                               "{ts, gpus: [{gpu_index, pid, name, used_memory_mib, namespace, "
                               "pod, container}]}"}}}}}}},
@@ -184,7 +204,7 @@ def list_teams(request: HttpRequest):
 
 @api.get("/teams/{slug}/usage", auth=team_auth, response={200: dict, 404: ErrorOut},
          summary="GPU utilisation, power and energy per GPU over a range")
-def get_usage(request: HttpRequest, slug: str, range: str = "day"):
+def get_usage(request: HttpRequest, slug: str, range: UsageRange = "day"):
     team = authorize_caller(request, slug, "team.view")
     return Status(200, team_usage(team, windows.parse_range(range, RANGES)))
 

@@ -15,11 +15,51 @@ from ninja.security import django_auth
 from greenops.benchmarks import runs
 from greenops.benchmarks.models import BenchmarkRun
 from greenops.errors import invalid
-from greenops.request_body import declared_body, json_body
+from greenops.request_body import declared_body, json_body, text
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry.host_auth import team_or_host_token_auth
 
 router = Router(tags=["benchmarks"])
+
+
+_NUMBER = {"type": "number", "minimum": 0}
+_OBJECT = {"type": "object"}
+# What runs.store_run accepts. The workload must be one of the team's, the samples need one
+# head repeat and distinct (role, index) pairs, and a comparison must be the verdict the gate
+# gives for them: state and cross-field rules JSON Schema cannot say.
+RUN_SCHEMA = {
+    "type": "object", "additionalProperties": False,
+    "required": ["run_id", "workload", "hardware_key", "source", "started_at", "hardware",
+                 "samples"],
+    "properties": {
+        "run_id": {"type": "string", "format": "uuid"},
+        "workload": text(100, required=True, description="a workload slug of the team"),
+        "source": {"enum": list(runs.SOURCES)},
+        "started_at": {**_NUMBER, "maximum": 253402300799, "description": "Unix seconds"},
+        "labels": {"type": ["object", "null"], "maxProperties": 50,
+                   "propertyNames": {"maxLength": 100},
+                   "additionalProperties": {"type": "string", "maxLength": 500}},
+        **{k: text(n, nullable=True) for k, n in (
+            ("commit", 64), ("branch", 200), ("base_commit", 64), ("baseline_commit", 64),
+            ("command", 4000), ("agent_version", 40))},
+        "hardware": _OBJECT,
+        "hardware_key": text(500, required=True),
+        "host_energy": {"type": ["object", "null"]},
+        "settings": {"type": ["object", "null"]},
+        "samples": {"type": "array", "minItems": 1, "maxItems": runs.MAX_SAMPLES, "items": {
+            "type": "object", "required": ["role", "index", "wall_s"],
+            "properties": {
+                "role": {"enum": ["head", "base"]},
+                "index": {"type": "integer", "minimum": 0},
+                "count": {"type": ["integer", "null"], "minimum": 1},
+                "energy_method": {"type": ["string", "null"], "maxLength": 20},
+                "wall_s": _NUMBER,
+                **{k: {"type": ["number", "null"], "minimum": 0}
+                   for k in runs.SAMPLE_FLOATS if k != "wall_s"}}}},
+        "comparison": {"type": ["object", "null"],
+                       "description": "the gate result greenops-agent bench writes"},
+    },
+}
 
 
 def _run_out(run: BenchmarkRun, created: bool) -> dict:
@@ -32,9 +72,7 @@ def _run_out(run: BenchmarkRun, created: bool) -> dict:
              summary="Store a measured benchmark run (team API token or host token)",
              description="The JSON `greenops-agent bench --output` writes. 201 when stored, "
              "200 when this run_id was already stored (a resend stores nothing twice).",
-             openapi_extra=declared_body({"type": "object",
-                                          "required": ["run_id", "workload", "hardware_key"],
-                                          "properties": {k: {} for k in sorted(runs.DOC_KEYS)}}))
+             openapi_extra=declared_body(RUN_SCHEMA))
 def post_run(request: HttpRequest):
     doc = json_body(request)
     run, created = runs.store_run(request.auth.team, doc, posted_by=request.auth.label)

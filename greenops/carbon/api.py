@@ -42,13 +42,14 @@ endpoints live in greenops/carbon/codecarbon_api.py under /api/codecarbon/.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest
 from ninja import File, Router, Schema
 from ninja.files import UploadedFile
 from ninja.responses import Status
 
 from greenops.carbon import emissions_csv, host_energy
-from greenops.request_body import declared_body, json_body
+from greenops.request_body import declared_body, json_body, text
 from greenops.teams.auth import team_token_auth
 from greenops.telemetry.host_auth import host_token
 
@@ -59,6 +60,38 @@ class ErrorOut(Schema):
     error: str
     field: str | None
     message: str
+
+
+def _column(items: dict) -> dict:
+    return {"type": "array", "items": items, "minItems": 1,
+            "maxItems": settings.INGEST_MAX_SAMPLES}
+
+
+# What host_energy.parse accepts (besides equal column lengths and timestamps within the
+# accepted age, which JSON Schema cannot say).
+HOST_ENERGY_SCHEMA = {
+    "type": "object", "required": ["batch_id", "source", "tracking_mode", "samples"],
+    "properties": {
+        "batch_id": {"type": "string", "format": "uuid"},
+        "source": {"enum": list(host_energy.SOURCES)},
+        "tracking_mode": {"enum": list(host_energy.TRACKING_MODES)},
+        "codecarbon_version": text(32, description="required when source is codecarbon"),
+        "agent_version": text(32),
+        "samples": {
+            "type": "object", "description": "Columnar: one array per field, all the same "
+            "length", "required": list(host_energy.COLUMNS), "additionalProperties": False,
+            "properties": {
+                "ts": _column({"type": "number"}),
+                **{k: _column({"type": ["number", "null"], "minimum": lo, "maximum": hi})
+                   for k, (lo, hi) in host_energy.FLOAT_FIELDS.items()},
+                "cpu_method": _column({"enum": list(host_energy.CPU_METHODS)}),
+                "ram_method": _column({"enum": list(host_energy.RAM_METHODS)})}},
+    },
+    "oneOf": [{"properties": {"source": {"const": "simulated"}}},
+              {"properties": {"source": {"const": "codecarbon"},
+                              "codecarbon_version": {"minLength": 1}},
+               "required": ["codecarbon_version"]}],
+}
 
 
 class HostEnergyOut(Schema):
@@ -74,14 +107,7 @@ class HostEnergyOut(Schema):
               422: ErrorOut},
     summary="Send host CPU/RAM energy measured with codecarbon (host token)",
     auth=host_token,
-    openapi_extra=declared_body({
-        "type": "object", "required": ["batch_id", "source", "tracking_mode", "samples"],
-        "properties": {"batch_id": {"type": "string", "format": "uuid"},
-                       "source": {"type": "string"}, "tracking_mode": {"type": "string"},
-                       "codecarbon_version": {"type": "string", "maxLength": 32},
-                       "agent_version": {"type": "string", "maxLength": 32},
-                       "samples": {"type": "object",
-                                   "description": "Columnar: one array per field"}}}),
+    openapi_extra=declared_body(HOST_ENERGY_SCHEMA),
 )
 def post_host_energy(request: HttpRequest):
     host = request.auth

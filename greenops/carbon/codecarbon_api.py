@@ -31,6 +31,7 @@ from pydantic import ConfigDict, field_validator
 from greenops.carbon import runs
 from greenops.carbon.models import Experiment
 from greenops.errors import FieldError
+from greenops.request_body import NO_NUL
 from greenops.teams.models import Team, team_for_api_token
 
 
@@ -130,13 +131,21 @@ def on_not_found(request: HttpRequest, exc: Http404):
 NonNeg = Field(ge=0)
 
 
+def _no_nul_strings(schema: dict, _model) -> None:
+    """Every free-text field says in its schema that it takes no NUL (_storable refuses it)."""
+    for prop in schema.get("properties", {}).values():
+        for option in prop.get("anyOf", [prop]):
+            if option.get("type") == "string" and not {"format", "pattern", "enum"} & set(option):
+                option["pattern"] = NO_NUL
+
+
 class FiniteSchema(Schema):
     """Refuses NaN and infinities in every float field (JSON Infinity, "Infinity", 1e309):
     pydantic accepts them by default, and one inf made a run's total "inf" on the page. And what
     PostgreSQL refuses, each a 500 found by schemathesis: NUL in a string, and a UTC offset
     beyond +-15:59 (Python allows +-23:59), so every time is turned into UTC here."""
 
-    model_config = ConfigDict(allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False, json_schema_extra=_no_nul_strings)
 
     @field_validator("*", mode="after")
     @classmethod

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Router
 from ninja.responses import Status
+from pydantic import WithJsonSchema
 
 from greenops import windows
 from greenops.costs.accounting import collect, team_costs
@@ -15,18 +18,21 @@ from greenops.costs.team_recommendations import team_recommendations
 from greenops.teams.api_tokens import authorize_caller, team_auth
 
 router = Router(tags=["costs"])
+# Days, as parse_lookback reads them (it answers anything else with a 422 naming lookback).
+Lookback = Annotated[str | None, WithJsonSchema(
+    {"type": "string", "enum": [str(d) for d in windows.LOOKBACK_DAYS]})]
 
 
 @router.get("/teams/{slug}/recommendations", auth=team_auth, response={200: dict},
             summary="Purchase-option recommendations from measured usage (estimates)")
-def get_recommendations(request: HttpRequest, slug: str, lookback: str | None = None):
+def get_recommendations(request: HttpRequest, slug: str, lookback: Lookback = None):
     team = authorize_caller(request, slug, "team.view")
     return Status(200, team_recommendations(team, windows.parse_lookback(lookback)))
 
 
 @router.get("/teams/{slug}/costs", auth=team_auth, response={200: dict},
             summary="Cost per host, workload and idle GPU-hours over a lookback")
-def get_costs(request: HttpRequest, slug: str, lookback: str | None = None):
+def get_costs(request: HttpRequest, slug: str, lookback: Lookback = None):
     team = authorize_caller(request, slug, "team.view")
     return Status(200, team_costs(collect(team, windows.parse_lookback(lookback))))
 

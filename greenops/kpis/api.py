@@ -2,31 +2,45 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Router
 from ninja.responses import Status
+from pydantic import WithJsonSchema
 
 from greenops import windows
 from greenops.kpis import exposition, inference, queries
-from greenops.request_body import json_body
+from greenops.request_body import NO_NUL, json_body
 from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.telemetry.host_auth import team_or_host_token_auth
 from greenops.workloads.models import Workload
 
 router = Router(tags=["kpis"])
+# Checked by windows.parse_range and parse_month (422s naming the parameter); declared here.
+KpiRange = Annotated[str, WithJsonSchema({"type": "string", "enum": list(queries.RANGES)})]
+# windows.parse_month: YYYY-MM, years 0001 to 9998 (or empty: no month).
+MONTH = (r"^((000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|"
+         r"999[0-8])-(0[1-9]|1[0-2]))?$")
+Month = Annotated[str, WithJsonSchema({"type": "string", "pattern": MONTH})]
 
 _COUNT = {"type": "integer", "minimum": 0}
 INFERENCE_SCHEMA = {
     "type": "object",
     "required": ["batch_id", "windows"],
+    "additionalProperties": False,  # inference._envelope refuses unknown fields
     "properties": {
         "batch_id": {"type": "string", "format": "uuid",
                      "description": "Fixed by the sender; a resend is a no-op."},
-        "windows": {"type": "array", "maxItems": inference.MAX_WINDOWS, "items": {
+        "sent_at": {"type": "number", "description": "Sender clock, Unix seconds."},
+        "windows": {"type": "array", "minItems": 1, "maxItems": inference.MAX_WINDOWS, "items": {
             "type": "object", "required": ["workload", "end", "requests"],
+            "additionalProperties": False,
+            "description": "Keys: " + ", ".join(sorted(inference.WINDOW_KEYS)),
             "properties": {
-                "workload": {"type": "string", "description": "Workload slug"},
+                "workload": {"type": "string", "pattern": NO_NUL,
+                             "description": "Slug of a workload of the team"},
                 "end": {"type": "number", "description": "Window end, Unix seconds"},
                 "requests": {**_COUNT, "description": "Inferences in the window (delta)"},
                 "success": _COUNT, "failure": _COUNT,
@@ -64,8 +78,8 @@ def post_inference(request: HttpRequest):
 
 @router.get("/teams/{slug}/kpis", auth=team_auth, response={200: dict},
             summary="KPIs of a team or one of its workloads, with the previous period")
-def get_kpis(request: HttpRequest, slug: str, range: str = "day", workload: str = "",
-             start: str = "", end: str = "", month: str = ""):
+def get_kpis(request: HttpRequest, slug: str, range: KpiRange = "day", workload: str = "",
+             start: str = "", end: str = "", month: Month = ""):
     """`range` picks a named period (whole finished hours to the start of this hour); `month`
     (YYYY-MM) a calendar month in the team's time zone, so far while it runs (the window its
     report covers); `start` and `end` (ISO 8601) any other window, widened to whole hours

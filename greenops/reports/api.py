@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
-from ninja import Router, Schema
+from ninja import Field, Router, Schema
 from ninja.responses import Status
 from ninja.security import django_auth
 
@@ -19,7 +19,9 @@ router = Router(tags=["reports"])
 
 
 class ReportRequest(Schema):
-    month: str
+    # Month.parse: YYYY-MM from 2000 on.
+    month: str = Field(json_schema_extra={"pattern": "^(2[0-9]{3}|[3-9][0-9]{3})-(0[1-9]|1[0-2])$",
+                                          "examples": ["2026-10"]})
 
 
 @router.get("/teams/{slug}/reports", auth=team_auth, response={200: list[dict]},

@@ -603,13 +603,19 @@ def register_inventory(host: Host, doc) -> list[Gpu]:
         raise invalid("gpus", "must be a non-empty array")
     if len(gpus) > INVENTORY_LIMIT:
         raise invalid("gpus", f"at most {INVENTORY_LIMIT} GPUs per host")
-    clean = []
+    clean, seen = [], set()
     for i, g in enumerate(gpus):
         if not isinstance(g, dict):
             raise invalid(f"gpus[{i}]", "must be an object")
         index = g.get("index")
+        if type(index) is float and index.is_integer():
+            index = int(index)  # 3.0 is the integer 3 in JSON (and in the OpenAPI schema)
         if type(index) is not int or not 0 <= index <= 1023:
             raise invalid(f"gpus[{i}].index", "must be an integer between 0 and 1023")
+        if index in seen:  # two rows for one GPU would break the (host, index) key: a 500
+            raise invalid(f"gpus[{i}].index", f"GPU {index} appears twice in the inventory")
+        seen.add(index)
+        g = {**g, "index": index}
         for key in ("uuid", "name"):
             if not _text_ok(g.get(key, ""), 96):
                 raise invalid(f"gpus[{i}].{key}", "must be a string of at most 96 characters")

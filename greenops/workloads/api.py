@@ -11,7 +11,7 @@ from ninja import Router
 from ninja.responses import Status
 
 from greenops.errors import invalid
-from greenops.request_body import declared_body, json_body
+from greenops.request_body import NO_NUL, declared_body, json_body, text
 from greenops.teams import audit
 from greenops.teams.api_tokens import actor_of, authorize_caller, team_auth
 from greenops.teams.models import AuditEvent
@@ -19,13 +19,59 @@ from greenops.telemetry.host_auth import team_or_host_token_auth
 from greenops.telemetry.models import Gpu
 from greenops.workloads import jobs
 from greenops.workloads.forms import WorkloadForm, first_error
-from greenops.workloads.models import Workload
+from greenops.workloads.models import Workload, WorkloadKind
 
 router = Router(tags=["workloads"])
 
 WORKLOAD_KEYS = {"name", "slug", "kind", "description", "hosts", "gpus", "interruptible",
                  "checkpoint_interval_min", "latency_critical", "match_process", "match_namespace",
                  "match_pod_prefix"}
+
+
+_NAMED = "^[^\\u0000]*[A-Za-z0-9][^\\u0000]*$"  # slugify keeps ASCII letters and digits
+# What WorkloadForm and _form_data accept. The slug (given or derived from the name) must be
+# one no other workload of the team uses, and hosts and GPUs the team's: state, not schema.
+WORKLOAD_SCHEMA = {
+    "type": "object", "required": ["name", "kind"], "additionalProperties": False,
+    "properties": {
+        "name": text(100, pattern=_NAMED, description="a letter or digit at least (the slug is "
+                     "derived from it)"),
+        "slug": {"type": "string", "maxLength": 100, "pattern": "^[-a-zA-Z0-9_]*$"},
+        "kind": {"enum": list(WorkloadKind.values)},
+        "description": {"type": "string", "pattern": NO_NUL},
+        "hosts": {"type": "array", "items": {"type": "string", "pattern": NO_NUL},
+                  "description": "host names of the team"},
+        "gpus": {"type": "array", "description": "GPU UUIDs or {host, index} of the team",
+                 "items": {"oneOf": [
+                     {"type": "string", "minLength": 1, "pattern": NO_NUL},
+                     {"type": "object", "required": ["host", "index"],
+                      "additionalProperties": False,
+                      "properties": {"host": {"type": "string", "pattern": NO_NUL},
+                                     "index": {"type": "integer", "minimum": 0,
+                                               "maximum": 1023}}}]}},
+        "interruptible": {"type": "boolean"},
+        "checkpoint_interval_min": {"type": ["integer", "null"], "minimum": 0,
+                                    "maximum": 2**31 - 1},
+        "latency_critical": {"type": "boolean"},
+        "match_process": text(128), "match_namespace": text(63), "match_pod_prefix": text(253),
+    },
+}
+# What jobs.start_job accepts; the workload, host and GPUs must be the team's (state).
+JOB_SCHEMA = {
+    "type": "object", "required": ["workload", "name"], "additionalProperties": False,
+    "properties": {
+        "workload": {"type": "string", "pattern": NO_NUL, "description": "a workload slug"},
+        "name": text(200, pattern="^[^\\u0000]*\\S[^\\u0000]*$"),
+        "external_id": text(100),
+        "started_at": {"type": "number", "minimum": 0, "description": "Unix seconds, not in "
+                       "the future; default now"},
+        "host": {"type": "string", "pattern": NO_NUL},
+        "gpus": {"type": "array", "minItems": 1, "items": {
+            "oneOf": [{"type": "integer", "minimum": 0, "maximum": 1023},
+                      {"type": "string", "pattern": NO_NUL}]},
+                 "description": "GPU indices (with host) or UUIDs"},
+    },
+}
 
 
 def workload_out(w: Workload) -> dict:
@@ -87,8 +133,7 @@ def list_workloads(request: HttpRequest, slug: str):
 
 @router.post("/teams/{slug}/workloads", auth=team_auth, response={201: dict},
              summary="Register a workload (owner or admin)",
-             openapi_extra=declared_body({"type": "object", "required": ["name"],
-                                          "properties": {k: {} for k in sorted(WORKLOAD_KEYS)}}))
+             openapi_extra=declared_body(WORKLOAD_SCHEMA))
 def create_workload(request: HttpRequest, slug: str):
     team = authorize_caller(request, slug, "workloads.manage")
     doc = json_body(request)
@@ -110,8 +155,7 @@ def _caller_team(request: HttpRequest):
 
 @router.post("/training-jobs", auth=team_or_host_token_auth, response={201: dict},
              summary="Start a training job (team API token or host token)",
-             openapi_extra=declared_body({"type": "object", "required": ["workload", "name"],
-                                          "properties": {k: {} for k in sorted(jobs.START_KEYS)}}))
+             openapi_extra=declared_body(JOB_SCHEMA))
 def start_training_job(request: HttpRequest):
     doc = json_body(request)
     job = jobs.start_job(_caller_team(request), doc, started_by=request.auth.label)
