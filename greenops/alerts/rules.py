@@ -123,6 +123,8 @@ def _channels(team: Team, data: dict) -> list[Channel]:
     raw = data.get("channels") or []
     if isinstance(raw, str):
         raw = [p for p in raw.split(",") if p.strip()]
+    if not isinstance(raw, list):
+        raise invalid("channels", "a list of channel ids or names")
     found = []
     for item in raw:
         item = str(item).strip()
@@ -138,9 +140,13 @@ def _weekdays(data: dict) -> str:
     raw = data.get("mute_weekdays") or []
     if isinstance(raw, str):
         raw = [p for p in raw.split(",") if p.strip()]
+    if not isinstance(raw, list):  # e.g. true: a list is what the schema asks for
+        raise invalid("mute_weekdays", "weekdays are numbers, 0 = Monday to 6 = Sunday")
     days = set()
     for d in raw:
         try:
+            if isinstance(d, bool):
+                raise TypeError("a weekday is not true or false")
             day = int(d)
         except (TypeError, ValueError):
             raise invalid("mute_weekdays", "weekdays are numbers, 0 = Monday to 6 = Sunday") \

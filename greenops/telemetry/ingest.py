@@ -13,6 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import kombu.exceptions
 import numpy as np
 import redis
 from django.conf import settings
@@ -340,7 +341,15 @@ def _kick(task, batch_id: str) -> None:
                 return
         except Exception:  # Redis trouble: publish as before (that never blocks for long)
             log.warning("could not check the queued-store key", exc_info=True)
-    _enqueue(task, batch_id)
+    if not _enqueue(task, batch_id):
+        # The batch is durable in PostgreSQL and beat's catch-up stores it once the broker is
+        # back; the 503 tells the agent the server is degraded. It keeps the batch in its spool
+        # and sends it again after Retry-After: that resend is answered "duplicate" (202), so
+        # nothing is lost and nothing is stored twice.
+        raise FieldError(503, "unavailable", None,
+                         "the task queue (Redis) is unreachable: the batch is kept and will be "
+                         "stored; send it again after Retry-After",
+                         retry_after_s=BROKER_DOWN_RETRY_AFTER_S)
 
 
 def _kick_refresh() -> None:
@@ -361,15 +370,28 @@ def _unkick() -> None:
             log.warning("could not clear the queued-store key", exc_info=True)
 
 
-def _enqueue(task, batch_id: str) -> None:
-    """The batch is already durable: if the broker is unreachable, the agent must still get its
-    202 (beat's catch-up stores the batch once the broker is back), not a 500 it would retry."""
+# Seconds an agent is asked to wait while the broker is unreachable (its probe then finds the
+# server within seconds of the broker's return).
+BROKER_DOWN_RETRY_AFTER_S = 10
+# What a publish to a broker that is down raises (kombu wraps most of them in the first).
+BROKER_DOWN = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError,
+               ConnectionError, TimeoutError)
+
+
+def _enqueue(task, batch_id: str) -> bool:
+    """Queue a store task for a batch that is already durable. False when the broker is
+    unreachable (beat's catch-up stores the batch once it is back); never raises."""
     try:
         # No publish retries: with the broker down each retry held the agent's request
         # (0.7 s per POST); beat's catch-up re-queues pending batches anyway.
         task.apply_async((batch_id,), retry=False)
-    except Exception:  # kombu raises several types for a broker that is down
+    except BROKER_DOWN:
+        log.warning("could not queue batch %s: broker unreachable; beat will pick it up",
+                    batch_id, exc_info=True)
+        return False
+    except Exception:  # anything else: the batch is durable, beat's catch-up stores it
         log.warning("could not queue batch %s; beat will pick it up", batch_id, exc_info=True)
+    return True
 
 
 def process_batch(batch_id: str) -> int | None:

@@ -100,3 +100,15 @@ def test_query_parameters_declare_what_the_server_takes():
     assert re.fullmatch(month, "2026-11") and re.fullmatch(month, "")
     assert not re.fullmatch(month, "0000-11") and not re.fullmatch(month, "2026-13")
     assert param("/api/v1/prices", "region")["pattern"] == "^[^\\u0000]*$"
+
+
+def test_alert_rule_lists_given_as_something_else_name_their_field(client, users, team):
+    """Found by the fuzz run on a fresh clone: `mute_weekdays: true` (and `channels: 5`) were
+    iterated as lists, a 500. They are a 422 naming the field."""
+    client.force_login(users["owner"])
+    for field, value in (("mute_weekdays", True), ("channels", 5), ("mute_weekdays", [True])):
+        r = client.post(f"/api/v1/teams/{team.slug}/alerts", orjson.dumps(
+            {"name": "Idle", "kind": "stopped", "stopped_minutes": 10, field: value}),
+            content_type="application/json")
+        assert r.status_code == 422, (field, r.content)
+        assert orjson.loads(r.content)["field"] == field
