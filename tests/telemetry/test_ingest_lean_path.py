@@ -98,7 +98,8 @@ def test_a_batch_is_durable_before_its_202(team, client, settings, monkeypatch):
     # Queue nothing. Not left to Celery's own eager flag: the app reads it from the settings once,
     # so in a whole-suite run an earlier test decides it, and an eager store made this row "done".
     queued = []
-    monkeypatch.setattr(ingest, "_enqueue", lambda task, batch_id: queued.append(batch_id))
+    monkeypatch.setattr(ingest, "_enqueue",
+                        lambda task, batch_id: queued.append(batch_id) or True)  # "queued"
     h, token = make_host(team, name="durable", gpus=2)
     doc = make_batch()
     r = post(client, token, doc)
