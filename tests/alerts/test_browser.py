@@ -38,6 +38,20 @@ def shoot(page, name: str) -> None:  # noqa: F811
     page.set_viewport_size({"width": 1280, "height": 900})
 
 
+def fill_idle_gpus_rule(page, **inputs: str) -> None:
+    """On the new-rule form: "GPUs sitting idle", GPU utilisation of gpu-node-1 below 10 %,
+    firing at once; `inputs` fills more of the form's inputs by name."""
+    page.get_by_role("link", name="New alert rule").click()
+    page.locator("input[name=name]").fill("GPUs sitting idle")
+    page.locator("select[name=kpi]").select_option("gpu_util_pct")
+    page.locator("select[name=scope]").select_option("host=gpu-node-1")
+    page.locator("select[name=direction]").select_option("below")
+    page.locator("input[name=fire_level]").fill("10")
+    page.locator("input[name=for_minutes]").fill("0")
+    for name, value in inputs.items():
+        page.locator(f"input[name={name}]").fill(value)
+
+
 def test_create_fire_silence_and_see_the_notification(live_server, page, users, team,  # noqa: F811
                                                       mailoutbox):
     # Seeded data: one GPU at 3 % utilisation for the last whole hour, rolled up as beat does.
@@ -54,14 +68,7 @@ def test_create_fire_silence_and_see_the_notification(live_server, page, users, 
     page.get_by_role("navigation", name="Team sections").get_by_role("link", name="Alerts").click()
     page.get_by_role("heading", name="Alerts of Vision").wait_for()
     shoot(page, "list-empty")
-    page.get_by_role("link", name="New alert rule").click()
-    page.locator("input[name=name]").fill("GPUs sitting idle")
-    page.locator("select[name=kpi]").select_option("gpu_util_pct")
-    page.locator("select[name=scope]").select_option("host=gpu-node-1")
-    page.locator("select[name=direction]").select_option("below")
-    page.locator("input[name=fire_level]").fill("10")
-    page.locator("input[name=clear_level]").fill("15")
-    page.locator("input[name=for_minutes]").fill("0")
+    fill_idle_gpus_rule(page, clear_level="15")
     page.get_by_label("On-call mail").check()
     shoot(page, "form")
     # Budget fields are hidden for a threshold rule; switching kind shows them.
@@ -158,14 +165,7 @@ def test_journey_fire_edit_resolve_midnight_and_metadata_refused(
 
         # 1. Create a rule; it is judged when saved and fires.
         page.get_by_role("navigation", name="Alerts").get_by_role("link", name="Rules").click()
-        page.get_by_role("link", name="New alert rule").click()
-        page.locator("input[name=name]").fill("GPUs sitting idle")
-        page.locator("select[name=kpi]").select_option("gpu_util_pct")
-        page.locator("select[name=scope]").select_option("host=gpu-node-1")
-        page.locator("select[name=direction]").select_option("below")
-        page.locator("input[name=fire_level]").fill("10")
-        page.locator("input[name=for_minutes]").fill("0")
-        page.locator("input[name=repeat_minutes]").fill("0")
+        fill_idle_gpus_rule(page, repeat_minutes="0")
         page.get_by_label("Incident webhook").check()
         page.get_by_role("button", name="Save rule").click()
         assert page.locator("#rule-state").inner_text() == "Firing"
