@@ -111,8 +111,11 @@ INVENTORY_SCHEMA = {
 @api.post(
     "/samples",
     response={202: Accepted, 400: ErrorOut, 401: ErrorOut, 409: ErrorOut, 413: ErrorOut,
-              415: ErrorOut, 422: ErrorOut},
+              415: ErrorOut, 422: ErrorOut, 503: ErrorOut},
     summary="Send a batch of GPU samples (host token)",
+    description="202: the batch is stored (`queued`) or was already (`duplicate`). 503 with "
+    "Retry-After: PostgreSQL is unreachable (nothing stored), or the task queue is (the batch "
+    "is stored and will be processed; a resend after Retry-After is answered `duplicate`).",
     auth=host_token_for_samples,
     openapi_extra={
         "requestBody": {"required": True,
