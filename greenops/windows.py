@@ -140,6 +140,10 @@ class Window:
             t += step
         return out
 
+    def bucket_count(self, step: dt.timedelta) -> int:
+        """len(self.buckets(step)), by arithmetic: the `step` buckets that overlap the window."""
+        return -(-(self.end - floor(self.start, step)) // step)  # ceiling division
+
     def coverage(self, measured_s: float | None) -> dict:
         return coverage(measured_s, self.span_s)
 

@@ -117,7 +117,7 @@ def host_hours(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
         lo = max(start, windows.floor_hour(created)) if created else start
         hi = min(end, removed) if removed else end
         if hi > lo:
-            expected += len(windows.Window(lo, hi).buckets(windows.HOUR))
+            expected += windows.Window(lo, hi).bucket_count(windows.HOUR)
     rows = GpuHour.objects.filter(gpu__host__team=team, bucket__gte=start, bucket__lt=end,
                                   samples__gt=0)
     measured = rows.values("gpu__host_id", "bucket").distinct().count()

@@ -174,3 +174,18 @@ def test_local_days_follow_local_midnights_across_both_dst_changes():
                            dt.datetime(2026, 10, 26, 5, tzinfo=dt.UTC), paris)
     assert autumn[1] - autumn[0] == dt.timedelta(hours=25)  # 25 Oct 2026, clocks go back
     assert local_days(end, end, paris) == []
+
+
+def test_bucket_count_is_the_number_of_buckets_without_building_them():
+    """host-hour coverage counts hours per host on every KPI page view: by arithmetic, not by
+    listing a quarter's 2,160 hour starts for each of a fleet's hosts."""
+    from greenops.windows import HOUR, Window
+
+    t0 = dt.datetime(2026, 3, 29, 0, 59, 59, tzinfo=dt.UTC)
+    for start_s, end_s in ((0, 1), (0, 3600), (1, 3601), (1, 7200), (3599, 3601),
+                           (0, 90 * 86400 + 17), (1800, 1801)):
+        w = Window(t0 + dt.timedelta(seconds=start_s), t0 + dt.timedelta(seconds=end_s))
+        for step in (HOUR, dt.timedelta(minutes=5), dt.timedelta(days=1)):
+            assert w.bucket_count(step) == len(w.buckets(step)), (start_s, end_s, step)
+    # By hand: 00:59:59 to 02:00:00 touches the hours 00, 01 -> 2 (and 02:00 starts none).
+    assert Window(t0, dt.datetime(2026, 3, 29, 2, tzinfo=dt.UTC)).bucket_count(HOUR) == 2
