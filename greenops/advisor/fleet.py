@@ -85,6 +85,14 @@ class Move:
     co2e_kg_saved: float | None
     kwh_saved: float | None
 
+    @property
+    def usd_saved_text(self) -> str:
+        """"$1,555" or "−$778" (a minus before the sign, as people write it)."""
+        if self.usd_saved is None:
+            return ""
+        v = round(self.usd_saved)
+        return f"−${-v:,}" if v < 0 else f"${v:,}"
+
 
 @dataclass
 class Comparison:

@@ -105,6 +105,14 @@ class Profile:
     max_sm_clock_mhz: float | None = None  # NVML's maximum, lowest over the GPUs
 
     @property
+    def nvlink_gb_s(self) -> tuple[float | None, float | None] | None:
+        """(TX, RX) in GB/s (10^9 bytes, as datasheets print link rates); None: not reported."""
+        if self.nvlink_tx_kib_s is None and self.nvlink_rx_kib_s is None:
+            return None
+        return tuple(None if v is None else v * 1024 / 1e9
+                     for v in (self.nvlink_tx_kib_s, self.nvlink_rx_kib_s))
+
+    @property
     def sm_clock_share(self) -> float | None:
         if self.sm_clock_mhz is None or not self.max_sm_clock_mhz:
             return None

@@ -147,3 +147,5 @@ def test_page_shows_per_gpu_links_and_the_waiting(client, team_roles, team, serv
     # 598.56 kWh x (100 - 40) % = 359.1 kWh of waiting a month.
     assert "359.1 kWh" in html
     assert "4 of 4 GPUs each moved at least 50 %" in html
+    assert ('<tr id="row-nvlink"><td>NVLink TX / RX (NVML or DCGM)</td><td class="num">'
+            "250.0 / 300.0 GB/s") in html

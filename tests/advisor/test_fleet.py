@@ -254,6 +254,7 @@ def test_page_shows_the_comparison_and_the_replica_advice(
     html = client.get(f"/teams/{team.slug}/advisor/workloads/{a.slug}/?range=week").content.decode()
     assert 'id="accelerators"' in html and "NVIDIA L4" in html
     assert "$1,555" in html  # the move to the cheapest, per month
+    assert "−$778" in html  # the move to the greenest costs more
     assert "500 requests counted in the range" in html
     html = client.get(
         f"/teams/{team.slug}/advisor/workloads/{chat.slug}/?range=week"
