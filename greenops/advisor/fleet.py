@@ -364,3 +364,73 @@ def replicas(workload: Workload, window: windows.Window, m: Monthly | None) -> R
             unknown="" if m.usd is not None else f"cost unknown: {m.usd_problem}",
         )
     return a
+
+
+# ---- JSON (the API) ---------------------------------------------------------------------
+
+def _figures(pairs: dict[str, float | None], why: dict[str, str]) -> dict:
+    """Figures with an `unknown` map naming why each None is None (never 0)."""
+    return {**pairs, "unknown": {k: why.get(k, "not measured") for k, v in pairs.items()
+                                 if v is None}}
+
+
+def comparison_json(c: Comparison | None, workload: Workload) -> dict:
+    if c is None:
+        return {"accelerators": None, "accelerators_unknown": (
+            "the workload names no served model" if workload.kind in SERVING_KINDS
+            else "not an inference service")}
+    rows = []
+    for r in c.rows:
+        why = dict.fromkeys(("j_per_inference", "usd_per_1k_inferences",
+                             "co2e_g_per_1k_inferences", "requests_per_month"), r.unknown)
+        if not r.unknown:
+            why.update(usd_per_1k_inferences="no price for some of the hours",
+                       requests_per_month="the seconds the requests were counted over are "
+                                          "unknown")
+        rows.append({"workload": r.workload.slug, "device": r.device, "requests": r.requests,
+                     "measured_s": r.measured_s, "coverage": r.coverage,
+                     "simulated": r.simulated, "compared": not r.unknown,
+                     **_figures({"j_per_inference": r.j_per_inference,
+                                 "usd_per_1k_inferences": r.usd_per_1k,
+                                 "co2e_g_per_1k_inferences": r.co2e_g_per_1k,
+                                 "requests_per_month": r.requests_per_month}, why)})
+    moves = [{"from": m.source.workload.slug, "to": m.to.workload.slug, "why": m.why,
+              **_figures({"usd_saved_per_month": m.usd_saved,
+                          "kwh_saved_per_month": m.kwh_saved,
+                          "co2e_kg_saved_per_month": m.co2e_kg_saved},
+                         {"usd_saved_per_month": "no price for one side"})} for m in c.moves]
+    return {"accelerators": {
+        "model": c.model, "unknown": c.unknown or None, "rows": rows,
+        "cheapest": c.cheapest.workload.slug if c.cheapest else None,
+        "greenest": c.greenest.workload.slug if c.greenest else None, "moves": moves,
+        "min_requests": MIN_COMPARE_REQUESTS}}
+
+
+def replicas_json(a: ReplicaAdvice | None, workload: Workload) -> dict:
+    if a is None:
+        return {"replicas": None, "replicas_unknown": (
+            "the workload has no p99 target" if workload.kind in SERVING_KINDS
+            else "not an inference service")}
+    effect = a.effect
+    surplus = None
+    if effect is not None:
+        surplus = _figures({"kwh_per_month": effect.kwh_saved,
+                            "co2e_kg_per_month": effect.co2e_kg_saved,
+                            "usd_per_month": effect.usd_saved},
+                           dict.fromkeys(("kwh_per_month", "co2e_kg_per_month",
+                                          "usd_per_month"), effect.unknown))
+        surplus["method"] = effect.method
+    return {"replicas": {
+        "p99_target_ms": a.target_ms, "unknown": a.unknown or None,
+        "replicas_now": a.replicas_now, "needed": a.needed, "min_replicas": a.min_replicas,
+        "max_replicas": a.needed, "surplus": a.surplus, "headroom": a.headroom,
+        "capacity_per_replica_per_s": a.capacity_per_s,
+        "scale_out_per_pod_per_s": a.per_pod_per_s,
+        "peak_per_s": a.peak.rate_per_s if a.peak else None,
+        "surplus_cost": surplus, "hpa_yaml": a.hpa_yaml or None,
+        "skipped_hours": a.skipped_hours,
+        "hours": [{"hour": h.bucket.isoformat(), "requests": h.requests,
+                   "rate_per_s": h.rate_per_s, "replicas": h.replicas,
+                   "per_replica_per_s": h.per_replica_per_s, "p99_ms": h.p99_ms,
+                   "p99_above_bounds": h.p99_above, "meets_target": h.meets}
+                  for h in a.hours]}}

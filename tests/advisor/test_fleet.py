@@ -266,3 +266,36 @@ def test_page_shows_the_comparison_and_the_replica_advice(
         403,
         404,
     )
+
+
+@pytest.mark.django_db
+def test_api_gives_the_same_figures_with_reasons_for_nulls(client, team_roles, team,
+                                                           mixed_fleet, chat):
+    a = mixed_fleet[0]
+    client.force_login(team_roles["viewer"])
+    url = f"/api/v1/teams/{team.slug}/workloads/{{}}/fleet-advice"
+    data = client.get(url.format(a.slug), {"range": "week"}).json()
+    acc = data["accelerators"]
+    assert (acc["model"], acc["cheapest"], acc["greenest"]) == (MODEL, "chat-l4", "chat-h100")
+    rows = {r["workload"]: r for r in acc["rows"]}
+    assert rows["chat-h100"]["usd_per_1k_inferences"] == pytest.approx(0.1)  # $0.0001 x 1000
+    assert rows["chat-h100"]["co2e_g_per_1k_inferences"] == pytest.approx(10.0)
+    assert rows["chat-a100"]["compared"] is False
+    move = next(m for m in acc["moves"] if m["from"] == "chat-h100")
+    assert move["usd_saved_per_month"] == pytest.approx(1555.2)
+    assert data["replicas"] is None
+    assert data["replicas_unknown"] == "the workload has no p99 target"
+    data = client.get(url.format(chat.slug), {"range": "week"}).json()
+    assert data["accelerators"] is None
+    assert data["accelerators_unknown"] == "the workload names no served model"
+    rep = data["replicas"]
+    assert (rep["needed"], rep["min_replicas"], rep["replicas_now"], rep["surplus"]) == (
+        3, 1, 4, 1)
+    assert rep["capacity_per_replica_per_s"] == pytest.approx(5.0)
+    # No GPU telemetry behind these hours: the surplus's month is unknown, with the reason.
+    assert rep["surplus_cost"]["usd_per_month"] is None
+    assert rep["surplus_cost"]["unknown"]["usd_per_month"].startswith("too little GPU time")
+    assert [h["meets_target"] for h in rep["hours"]] == [None, False, True, True]
+    assert client.get(url.format(chat.slug), {"range": "year"}).status_code == 422
+    client.force_login(team_roles["outsider"])
+    assert client.get(url.format(chat.slug)).status_code in (403, 404)
