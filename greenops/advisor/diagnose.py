@@ -38,10 +38,12 @@ from greenops.advisor.measure import (
     Advice,
     Diagnosis,
     Effect,
+    GpuLink,
     Monthly,
     Profile,
     confidence,
     estimate_confidence,
+    gpu_links,
     memory_signal,
     monthly,
     own_limit,
@@ -53,7 +55,7 @@ from greenops.advisor.measure import RANGES as RANGES  # the pages' range choice
 from greenops.advisor.powercap import cap_tradeoff, pair_tradeoff, throttled
 from greenops.costs.models import InstanceType
 from greenops.telemetry.models import HostHour
-from greenops.workloads.models import Workload
+from greenops.workloads.models import Workload, WorkloadKind
 
 
 def _under_utilised(p: Profile, m: Monthly, conf: tuple[str, str]) -> Diagnosis | None:
@@ -126,16 +128,24 @@ def _memory_bound(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None,
 
 # ---- Input- or communication-bound --------------------------------------------------------
 
+COMMUNICATION_LEVERS = [
+    "overlap collectives with compute (bucketed all-reduce, async tensor parallel)",
+    "compress what is exchanged: bf16/fp8 gradients, PowerSGD or 1-bit Adam",
+    "fewer, larger exchanges: a bigger per-GPU batch or gradient accumulation",
+    "place the job on NVLink-connected GPUs (one NVLink domain per tensor-parallel group)",
+    "fewer GPUs: each then computes more per byte exchanged (see the effect below)"]
 LINKS = {
     "pcie": ("PCIe", "Input-bound (PCIe)", "host → GPU (RX)", "GPU → host (TX)",
              ["feed from pinned memory with more data-loader workers and prefetch",
               "keep tensors on the GPU between steps; move pre-processing onto the GPU",
               "place the job where its GPUs share a faster link (NVLink, PCIe Gen5)"]),
     "nvlink": ("NVLink", "Communication-bound (NVLink)", "received (RX)", "sent (TX)",
-               ["overlap collectives with compute (bucketed all-reduce, async tensor parallel)",
-                "fewer, larger exchanges: a bigger per-GPU batch or gradient accumulation",
-                "keep tensor-parallel groups inside one NVLink domain; shard less"]),
+               COMMUNICATION_LEVERS),
 }
+# Multi-GPU training on GPUs without NVLink exchanges its gradients over PCIe: the same
+# signature there is communication as much as input.
+PCIE_COMMUNICATION = ("Communication- or input-bound (PCIe, no NVLink)",
+                      [*COMMUNICATION_LEVERS[:4], LINKS["pcie"][4][0], COMMUNICATION_LEVERS[4]])
 
 
 def _link_traffic(p: Profile, link: str) -> tuple[float | None, float | None, float]:
@@ -170,11 +180,46 @@ def _unstalled_effect(p: Profile, m: Monthly, busy: float, cause: str, faster: s
                 "under-utilised."))
 
 
+def _waiting(m: Monthly, busy: float, busy_label: str, name: str) -> Effect:
+    """What the month's time with the SMs idle costs: that time share of the measured month
+    (the one energy, carbon and cost accounting, scaled like every effect)."""
+    wait = max(0.0, 1 - busy / 100)
+    return scaled_effect(
+        m, wait, None if m.usd is None else m.usd * wait, basis="measured",
+        unknown="" if m.usd is not None else f"cost unknown: {m.usd_problem}",
+        method=(f"the SMs idle {wait * 100:.1f} % of the measured time ({busy_label} "
+                f"{busy:.1f} %) while {name} is near its rate: that share of the measured "
+                "month's energy, CO2e and cost. A time share: an idle GPU draws less than a "
+                "busy one, so energy and CO2e are upper bounds; hourly-billed cost is exact."))
+
+
+def _gpu_row(g: GpuLink, link: str) -> dict:
+    """One GPU's line of the per-GPU table: GB/s (10^9 bytes) as datasheets print them."""
+    tx, rx = ((g.nvlink_tx_kib_s, g.nvlink_rx_kib_s) if link == "nvlink"
+              else (g.pcie_tx_kib_s, g.pcie_rx_kib_s))
+    share = g.link_share(link)
+    rate = g.rate(link)
+
+    def gb_s(kib_s: float | None) -> float | None:
+        return None if kib_s is None else kib_s * 1024 / 1e9
+
+    return {"gpu": f"{g.host} · {g.index}", "model": g.name, "busy_pct": g.busy_pct,
+            "busy_label": "SM active" if g.busy_source == "sm_active" else "utilisation",
+            "tx_gb_s": gb_s(tx), "rx_gb_s": gb_s(rx), "rate_gb_s": gb_s(rate),
+            "share_pct": None if share is None else share * 100,
+            "bound": (share or 0) >= LINK_BOUND_SHARE and g.busy_pct is not None
+                     and g.busy_pct < SM_WAIT_UTIL_PCT}
+
+
 def _link_bound(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None, link: str,
-                conf: tuple[str, str]) -> Diagnosis | None:
+                conf: tuple[str, str], gpus: list[GpuLink] | None = None,
+                kind: str = "") -> Diagnosis | None:
     """The link moving at least LINK_BOUND_SHARE of its published per-direction rate on
-    average while the SMs stay below SM_WAIT_UTIL_PCT busy: the SMs wait on transfers."""
+    average while the SMs stay below SM_WAIT_UTIL_PCT busy: the SMs wait on transfers.
+    `gpus`: each GPU's figures, judged against its own model's rate (the page's per-GPU
+    table); `kind`: the workload's kind (multi-GPU training over PCIe is communication)."""
     name, title, rx_text, tx_text, levers = LINKS[link]
+    gpus = gpus or []
     rate = spec.link_kib_s_each_way(link) if spec else None
     busy, busy_label = _busy(p)
     tx, rx, _ = _link_traffic(p, link)
@@ -190,10 +235,20 @@ def _link_bound(p: Profile, m: Monthly, spec: gpu_table.GpuSpec | None, link: st
                 f"{rate * 1024 / 1e9:.0f} GB/s each way",
                 f"{busy_label} {busy:.1f} % (below {SM_WAIT_UTIL_PCT:.0f} %): the SMs wait on "
                 "transfers"]
+    if (link == "pcie" and p.gpus >= 2 and kind == WorkloadKind.TRAINING
+            and not spec.nvlink_gb_s):
+        title, levers = PCIE_COMMUNICATION
+    rows = [_gpu_row(g, link) for g in gpus]
+    if len(rows) >= 2:
+        evidence.append(f"{sum(r['bound'] for r in rows)} of {len(rows)} GPUs each moved at "
+                        f"least {LINK_BOUND_SHARE * 100:.0f} % of their model's published "
+                        f"{name} rate while below {SM_WAIT_UTIL_PCT:.0f} % busy (per GPU "
+                        "below)")
     effect = _unstalled_effect(p, m, busy, "the transfers no longer stalling the SMs",
                                "faster transfers shorten")
-    return Diagnosis(f"{link}_bound", title, evidence, list(levers), effect,
-                     *estimate_confidence(conf, "link rate from the datasheet"))
+    d = Diagnosis(f"{link}_bound", title, evidence, list(levers), effect,
+                  *estimate_confidence(conf, "link rate from the datasheet"))
+    return replace(d, per_gpu=rows, waiting=_waiting(m, busy, busy_label, name))
 
 @dataclass(frozen=True)
 class HostActivity:
@@ -308,6 +363,7 @@ def advise(workload: Workload, window: windows.Window) -> Advice:
         advice.skipped.append(f"memory-bandwidth: memory utilisation reported by "
                               f"{p.mem_util_share * 100:.0f} % of samples, DCGM DRAM "
                               f"activity by {p.dram_share * 100:.0f} %")
+    links = gpu_links(workload, window) if p.gpus >= 2 else []
     for link in ("pcie", "nvlink"):
         label = LINKS[link][0]
         reported = _link_traffic(p, link)[2]
@@ -317,7 +373,7 @@ def advise(workload: Workload, window: windows.Window) -> Advice:
         elif spec is None or spec.link_kib_s_each_way(link) is None:
             advice.skipped.append(f"{label}: the GPU's published link rate is unknown")
         else:
-            found = _link_bound(p, m, spec, link, conf)
+            found = _link_bound(p, m, spec, link, conf, links, workload.kind)
             if found:
                 advice.diagnoses.append(found)
     _host_rules(p, m, [h.id for h in hosts], conf, advice)

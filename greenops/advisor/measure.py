@@ -105,6 +105,14 @@ class Profile:
     max_sm_clock_mhz: float | None = None  # NVML's maximum, lowest over the GPUs
 
     @property
+    def nvlink_gb_s(self) -> tuple[float | None, float | None] | None:
+        """(TX, RX) in GB/s (10^9 bytes, as datasheets print link rates); None: not reported."""
+        if self.nvlink_tx_kib_s is None and self.nvlink_rx_kib_s is None:
+            return None
+        return tuple(None if v is None else v * 1024 / 1e9
+                     for v in (self.nvlink_tx_kib_s, self.nvlink_rx_kib_s))
+
+    @property
     def sm_clock_share(self) -> float | None:
         if self.sm_clock_mhz is None or not self.max_sm_clock_mhz:
             return None
@@ -176,6 +184,68 @@ def profile(workload: Workload, window: windows.Window) -> Profile:
         nvlink_share=_share(a["nvl_n"], samples),
         sm_clock_mhz=_mean(a["clock_sum"], a["clock_n"]),
         max_sm_clock_mhz=min(max_clocks) if max_clocks else None)
+
+
+@dataclass(frozen=True)
+class GpuLink:
+    """One GPU's link traffic and busyness over the window (means over the samples that
+    reported each; None where none did), with its model's published link rates."""
+
+    host: str
+    index: int
+    name: str  # the device model as NVML names it
+    spec: gpu_table.GpuSpec | None
+    busy_pct: float | None  # DCGM SM activity where reported, else NVML utilisation
+    busy_source: str  # "sm_active" or "util"
+    nvlink_tx_kib_s: float | None
+    nvlink_rx_kib_s: float | None
+    pcie_tx_kib_s: float | None
+    pcie_rx_kib_s: float | None
+
+    def traffic(self, link: str) -> float | None:
+        """The busier direction of `link` ("nvlink" or "pcie"), KiB/s."""
+        pair = ((self.nvlink_tx_kib_s, self.nvlink_rx_kib_s) if link == "nvlink"
+                else (self.pcie_tx_kib_s, self.pcie_rx_kib_s))
+        known = [v for v in pair if v is not None]
+        return max(known) if known else None
+
+    def rate(self, link: str) -> float | None:
+        """The model's published rate of `link`, one direction, KiB/s (None: not published)."""
+        return self.spec.link_kib_s_each_way(link) if self.spec else None
+
+    def link_share(self, link: str) -> float | None:
+        traffic, rate = self.traffic(link), self.rate(link)
+        return None if traffic is None or not rate else traffic / rate
+
+
+def gpu_links(workload: Workload, window: windows.Window) -> list[GpuLink]:
+    """Per GPU of the workload: the figures a communication-bound GPU shows (GPU hour rollups,
+    like profile(), one row per GPU)."""
+    gpu_ids = list(workload.gpu_queryset().values_list("id", flat=True))
+    sums = {r["gpu_id"]: r for r in GpuHour.objects.filter(
+        gpu_id__in=gpu_ids, bucket__gte=window.start, bucket__lt=window.end).values(
+        "gpu_id").annotate(
+        sm_sum=Sum("sm_active_sum"), sm_n=Sum("sm_active_n"), samples=Sum("samples"),
+        util_sum=Sum("util_sum"), util_n=Sum("util_n"),
+        nvl_tx=Sum("nvlink_tx_sum_kib_s"), nvl_rx=Sum("nvlink_rx_sum_kib_s"),
+        nvl_n=Sum("nvlink_n"), tx=Sum("pcie_tx_sum_kib_s"), rx=Sum("pcie_rx_sum_kib_s"),
+        pcie_n=Sum("pcie_n"))}
+    out = []
+    for gpu in Gpu.objects.filter(id__in=gpu_ids).select_related("host").order_by(
+            "host__name", "index"):
+        a = sums.get(gpu.id)
+        if a is None or not a["samples"]:
+            continue
+        dcgm = _share(a["sm_n"], a["samples"]) >= MIN_METRIC_SHARE
+        out.append(GpuLink(
+            host=gpu.host.name, index=gpu.index, name=gpu.name, spec=gpu_table.find(gpu.name),
+            busy_pct=(_mean(a["sm_sum"], a["sm_n"]) if dcgm
+                      else _mean(a["util_sum"], a["util_n"])),
+            busy_source="sm_active" if dcgm else "util",
+            nvlink_tx_kib_s=_mean(a["nvl_tx"], a["nvl_n"]),
+            nvlink_rx_kib_s=_mean(a["nvl_rx"], a["nvl_n"]),
+            pcie_tx_kib_s=_mean(a["tx"], a["pcie_n"]), pcie_rx_kib_s=_mean(a["rx"], a["pcie_n"])))
+    return out
 
 
 @dataclass(frozen=True)
@@ -284,6 +354,10 @@ class Diagnosis:
     confidence_why: str
     # Extra rows for the page (the alternative GPUs considered, a measured trade-off).
     table: list[dict] = field(default_factory=list)
+    # Communication-bound: each GPU's link traffic against its model's published rate, and
+    # what the month's time spent waiting costs (a share of the measured month, not a saving).
+    per_gpu: list[dict] = field(default_factory=list)  # diagnose._gpu_row per GpuLink
+    waiting: Effect | None = None
 
 
 @dataclass

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from greenops import windows
-from greenops.advisor import diagnose, variants
+from greenops.advisor import diagnose, fleet, variants
 from greenops.advisor.models import VariantPair
 from greenops.errors import FieldError, invalid
 from greenops.teams.models import Team
@@ -22,9 +22,14 @@ def workload(request: HttpRequest, team: Team, workload_slug: str) -> HttpRespon
     wl = get_object_or_404(Workload, team=team, slug=workload_slug)
     key = windows.range_from_request(request, diagnose.RANGES, default="week")
     window = diagnose.window(key)
+    advice = diagnose.advise(wl, window)
     return render(request, "advisor/workload.html", {
         "team": team, "workload": wl, "range_key": key, "ranges": diagnose.RANGES,
-        "window": window, "advice": diagnose.advise(wl, window),
+        "window": window, "advice": advice,
+        "accelerators": fleet.compare_accelerators(wl, window),
+        "replicas": fleet.replicas(wl, window, advice.monthly),
+        "fleet_rules": {"min_requests": fleet.MIN_COMPARE_REQUESTS,
+                        "min_p99_requests": fleet.MIN_P99_REQUESTS},
         "pairs": VariantPair.objects.filter(Q(a_workload=wl) | Q(b_workload=wl), team=team),
         "thresholds": {"min_minutes": diagnose.MIN_MEASURED_MINUTES,
                        "min_share_pct": diagnose.MIN_METRIC_SHARE * 100},

@@ -225,9 +225,11 @@ api.add_router("/", costs_router)
 api.add_router("/", carbon_router)
 api.add_router("/", reports_router)
 
+from greenops.advisor.api import router as advisor_router  # noqa: E402
 from greenops.benchmarks.api import router as benchmarks_router  # noqa: E402
 
 api.add_router("/", benchmarks_router)
+api.add_router("/", advisor_router)
 
 from greenops.alerts.api import router as alerts_router  # noqa: E402
 from greenops.teams.api import router as teams_router  # noqa: E402

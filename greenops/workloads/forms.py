@@ -28,9 +28,10 @@ class WorkloadForm(forms.ModelForm):
     class Meta:
         model = Workload
         fields = ["name", "slug", "kind", "description", "hosts", "gpus", "interruptible",
-                  "checkpoint_interval_min", "latency_critical", "match_process", "match_namespace",
-                  "match_pod_prefix"]
-        labels = {"match_process": "Match process name", "match_namespace":
+                  "checkpoint_interval_min", "latency_critical", "served_model", "p99_target_ms",
+                  "match_process", "match_namespace", "match_pod_prefix"]
+        labels = {"p99_target_ms": "p99 latency target (ms)",
+                  "match_process": "Match process name", "match_namespace":
                   "Match Kubernetes namespace", "match_pod_prefix": "Match pod name prefix"}
         widgets = {"hosts": forms.CheckboxSelectMultiple}
 

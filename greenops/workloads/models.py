@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.text import slugify
@@ -39,6 +40,17 @@ class Workload(models.Model):
     latency_critical = models.BooleanField(
         default=False, help_text="Serves user-facing requests with a latency objective"
     )
+    # Inference services (greenops.advisor.fleet): the model served, as the inference
+    # server's metrics label it (Triton's and vLLM's `model` label), so one model served on
+    # different accelerators can be compared; and the p99 latency objective the replica advice
+    # sizes for.
+    served_model = models.CharField(
+        max_length=200, blank=True,
+        help_text="The model this service serves, as its metrics label it (e.g. llama-3-8b); "
+                  "services with the same model are compared across accelerators")
+    p99_target_ms = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.001)],
+        help_text="p99 latency objective in ms; the advisor sizes replicas for it")
     # Matching rules: which GPU processes (greenops.telemetry.models.GpuProcess, the hosts'
     # latest snapshots) are this workload's. Only shown beside the configured GPUs; the
     # accounting keeps using hosts/gpus until someone adds a seen GPU explicitly.
