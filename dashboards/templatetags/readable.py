@@ -94,9 +94,10 @@ def sources(value: str | None, autoescape: bool = True) -> str:
     out, pos = [], 0
     for m in _URL.finditer(value):
         url = m.group(0).rstrip(".")
-        out.append(esc(value[pos:m.start()]))
-        out.append(format_html('<a href="{}" title="{}" rel="noopener">{}</a>', url, url,
-                               link_name(url)))
+        out.append(esc(value[pos : m.start()]))
+        out.append(
+            format_html('<a href="{}" title="{}" rel="noopener">{}</a>', url, url, link_name(url))
+        )
         pos = m.start() + len(url)
     out.append(esc(value[pos:]))
     return mark_safe("".join(str(p) for p in out))  # noqa: S308 -- every part escaped above
@@ -107,10 +108,16 @@ def figure_script(value, element_id: str) -> str:
     """Django's json_script for the chart specs, serialised by orjson and escaped with
     str.replace: a 1,000-GPU page's specs are ~0.3 MB, where json_script's str.translate took
     ~35 ms a page. Same escapes (<, >, & as \\u003C, \\u003E, \\u0026), same <script> element."""
-    text = (orjson.dumps(value).decode().replace("<", "\\u003C").replace(">", "\\u003E")
-            .replace("&", "\\u0026"))
-    return format_html('<script id="{}" type="application/json">{}</script>', element_id,
-                       mark_safe(text))
+    text = (
+        orjson.dumps(value)
+        .decode()
+        .replace("<", "\\u003C")
+        .replace(">", "\\u003E")
+        .replace("&", "\\u0026")
+    )
+    return format_html(
+        '<script id="{}" type="application/json">{}</script>', element_id, mark_safe(text)
+    )
 
 
 @register.simple_tag
@@ -127,17 +134,19 @@ def host_rows(team_slug: str, hosts: list[dict]) -> str:
     rows = []
     for h in hosts:
         status = "offline" if h["offline"] else "online"
-        region = (f'<span class="wide-only"> · {html.escape(h["region"])}</span>'
-                  if h["region"] else "")
+        region = (
+            f'<span class="wide-only"> · {html.escape(h["region"])}</span>' if h["region"] else ""
+        )
         seen = h["last_seen"]
         title = f' title="{utc(seen)} UTC"' if seen else ""
         rows.append(
             f'<tr><td><a href="{before}{int(h["id"])}{after}">{html.escape(h["name"])}</a></td>'
             f'<td><span class="status {status}">{status}</span></td>'
-            f'<td>{len(h["gpu_ids"])}</td>'
-            f'<td>{html.escape(h["instance_type"] or "–")}{region}</td>'
+            f"<td>{len(h['gpu_ids'])}</td>"
+            f"<td>{html.escape(h['instance_type'] or '–')}{region}</td>"
             f'<td class="wide-only">{html.escape(h["agent_version"] or "–")}</td>'
-            f'<td{title}>{ago(seen, now)}</td></tr>')
+            f"<td{title}>{ago(seen, now)}</td></tr>"
+        )
     return mark_safe("\n".join(rows))  # every database text above escaped
 
 
@@ -147,3 +156,56 @@ def span_words(seconds: float | int | None) -> str:
     if seconds in (None, ""):
         return ""
     return _span_words(dt.timedelta(seconds=float(seconds)))
+
+
+# The team menu's sections (templates/_team_nav.html): which one a page belongs to, by its URL
+# name, so the menu marks where the reader is. The daily views come first; the rest sit under
+# the team's Settings.
+_SECTION_PREFIXES = [
+    ("team-dashboard", "home"),
+    ("host-detail", "home"),
+    ("host-edit", "hosts"),
+    ("kpi-", "kpis"),
+    ("costs-", "costs"),
+    ("price-", "prices"),
+    ("carbon-sites", "sites"),
+    ("site-", "sites"),
+    ("carbon-", "carbon"),
+    ("workload-", "workloads"),
+    ("alert-", "alerts"),
+    ("report", "reports"),
+    ("advisor-", "advisor"),
+    ("benchmark-", "benchmarks"),
+    ("host-", "hosts"),
+    ("team-members", "members"),
+    ("member-", "members"),
+    ("invitation-", "members"),
+    ("team-permissions", "permissions"),
+    ("api-token", "tokens"),
+    ("team-audit", "audit"),
+    ("team-", "settings"),
+]
+SETTINGS_SECTIONS = {
+    "hosts",
+    "sites",
+    "prices",
+    "members",
+    "permissions",
+    "tokens",
+    "audit",
+    "settings",
+}
+
+
+@register.filter
+def section_of(url_name: str | None) -> str:
+    """The team-menu section of a page's URL name ("kpi-job" -> "kpis"); "" when none."""
+    for prefix, section in _SECTION_PREFIXES:
+        if url_name and url_name.startswith(prefix):
+            return section
+    return ""
+
+
+@register.filter
+def in_settings(section: str) -> bool:
+    return section in SETTINGS_SECTIONS
