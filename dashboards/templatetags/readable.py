@@ -209,3 +209,97 @@ def section_of(url_name: str | None) -> str:
 @register.filter
 def in_settings(section: str) -> bool:
     return section in SETTINGS_SECTIONS
+
+
+_DATE = re.compile(r"\b(20\d\d-\d\d-\d\d)\b")
+
+
+def short_source(value: str | None) -> str:
+    """A source's short name for a table cell: the words before its first URL (or the URL's
+    file), and the first date in it: "snapshot aws_prices_2026-11-09.json" stays, "hourly price
+    from https://raw.githubusercontent.com/.../hyperscalers.json as of 2026-11-09" becomes
+    "hourly price from hyperscalers.json, 2026-11-09"."""
+    if not value:
+        return ""
+    text = " ".join(str(value).split())
+    m = _URL.search(text)
+    head = text[: m.start()].strip(" ·;,(:") if m else text
+    if m:
+        name = link_name(m.group(0).rstrip(".")).split(" on ")[0]
+        head = f"{head} {name}".strip() if len(head) <= 30 else head
+    if len(head) > 48:
+        cut = head.rfind(" ", 0, 46)
+        head = head[: cut if cut > 20 else 46].rstrip(" ·;,(:") + "…"
+    date = _DATE.search(text)
+    if date and date.group(1) not in head:
+        head = f"{head}, {date.group(1)}"
+    return head
+
+
+@register.filter(needs_autoescape=True)
+def disclose(value: str | None, label: str = "", autoescape: bool = True) -> str:
+    """Reasoning or a source folded behind a short named summary (<details>): a table cell
+    shows "hyperscalers.json, 2026-11-09 ▸", the full text with its links opens on a click.
+    A short text is shown as it is; empty stays empty (callers |default)."""
+    if not value:
+        return value or ""
+    text = str(value)
+    if len(text) <= 40 and not _URL.search(text):
+        return conditional_escape(text) if autoescape else text
+    return format_html('<details class="why"><summary>{}</summary><div>{}</div></details>',
+                       label or short_source(text), sources(text, autoescape))
+
+
+@register.filter
+def measured_jobs(jobs: list[dict]) -> list[dict]:
+    """Training jobs with measured GPU time, or not accounted yet (shown in the table)."""
+    return [j for j in jobs if j.get("gpu_hours") is None or j.get("cost_usd") is not None
+            or j["gpu_hours"] > 0]
+
+
+@register.filter
+def unmeasured_jobs(jobs: list[dict]) -> list[dict]:
+    """Training jobs accounted with no telemetry at all: unknown, with the reason, not 0.0."""
+    return [j for j in jobs if j.get("gpu_hours") is not None and j.get("cost_usd") is None
+            and j["gpu_hours"] <= 0]
+
+
+# Form fields as the form's own labels call them, for error summaries ("Not saved — Fire
+# level: must be a number"): a person never reads a code name such as fire_level.
+FIELD_WORDS = {
+    "name": "Name", "kind": "Kind", "kpi": "KPI", "scope": "Scope", "host": "Host",
+    "gpu": "GPU", "workload": "Workload", "window": "Window", "direction": "Direction",
+    "fire_level": "Fire level", "clear_level": "Clear level",
+    "baseline_days": "Baseline days", "min_requests": "Minimum inferences in a window",
+    "forecast_min_days": "Complete days before a forecast",
+    "stopped_minutes": "Minutes without samples", "for_minutes": "Pending minutes",
+    "keep_firing_minutes": "Keep-firing minutes", "no_data": "When there is no data",
+    "nodata_grace_minutes": "No-data minutes", "channels": "Channels",
+    "repeat_minutes": "Repeat minutes", "mute_weekdays": "Mute days",
+    "mute_start_hour": "Mute from hour", "mute_end_hour": "Mute to hour",
+    "target": "Target", "url": "URL", "label": "Label", "a": "Variant A",
+    "b": "Variant B", "a_start": "A from", "a_end": "A to", "b_start": "B from",
+    "b_end": "B to", "note": "Note", "match_process": "Process name",
+    "match_namespace": "Kubernetes namespace",
+    "match_pod_prefix": "Pod name prefix", "pue": "PUE", "discount_pct": "Discount (%)",
+    "valid_from": "Valid from", "valid_to": "Valid to", "usd_per_hour": "Price per hour (USD)",
+    "instance_type": "Instance type", "purchase_option": "Purchase option",
+    "time_zone": "Time zone", "email": "Email", "role": "Role", "month": "Month",
+}
+_UNIT_WORDS = {"pct": "(%)", "usd": "(USD)", "kwh": "(kWh)", "kg": "(kg)", "g": "(g)",
+               "min": "(minutes)", "s": "(seconds)", "w": "(W)", "j": "(J)"}
+
+
+@register.filter
+def field_label(field: str | None) -> str:
+    """A form field's name in the user's words: "fire_level" -> "Fire level",
+    "idle_threshold_pct" -> "Idle threshold (%)"; a dotted path keeps its last part."""
+    if not field:
+        return ""
+    key = str(field).rsplit(".", 1)[-1].split("[", 1)[0]
+    if key in FIELD_WORDS:
+        return FIELD_WORDS[key]
+    words = key.split("_")
+    unit = _UNIT_WORDS.get(words[-1]) if len(words) > 1 else None
+    text = " ".join(words[:-1] if unit else words).capitalize()
+    return f"{text} {unit}" if unit else text

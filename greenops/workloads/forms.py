@@ -30,8 +30,9 @@ class WorkloadForm(forms.ModelForm):
         fields = ["name", "slug", "kind", "description", "hosts", "gpus", "interruptible",
                   "checkpoint_interval_min", "latency_critical", "match_process", "match_namespace",
                   "match_pod_prefix"]
-        labels = {"match_process": "Match process name", "match_namespace":
-                  "Match Kubernetes namespace", "match_pod_prefix": "Match pod name prefix"}
+        labels = {"match_process": "Process name", "match_namespace": "Kubernetes namespace",
+                  "match_pod_prefix": "Pod name prefix",
+                  "checkpoint_interval_min": "Checkpoint every (minutes)"}
         widgets = {"hosts": forms.CheckboxSelectMultiple}
 
     def __init__(self, *args, team: Team, **kwargs) -> None:
