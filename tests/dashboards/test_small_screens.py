@@ -29,7 +29,7 @@ from greenops.alerts.models import Notification
 from greenops.benchmarks.runs import store_run
 from greenops.carbon.models import Site
 from greenops.costs.overrides import PriceOverride
-from greenops.kpis import rollup
+from greenops.kpis import job_accounting, rollup
 from greenops.reports import generate
 from greenops.reports.month_figures import Month
 from greenops.teams import invitations
@@ -184,13 +184,14 @@ def _seed(team, host_row, token, post_batch, users) -> dict:
         stopped_at=start + dt.timedelta(hours=1),
     )
     job.gpus.set(host_row.gpus.all())
-    TrainingJob.objects.create(
+    dark = TrainingJob.objects.create(
         team=team,
         workload=workload,
         name="warm-up run (no agent)",
         started_at=start - dt.timedelta(days=3),
         stopped_at=start - dt.timedelta(days=3, hours=-2),
     )
+    dark.gpus.set(host_row.gpus.all())
     run, _ = store_run(team, run_doc(regress_pct=20.0))
     override = PriceOverride.objects.create(
         team=team, kind="discount", discount_pct=5, source="EDP contract 2026"
@@ -214,6 +215,8 @@ def _seed(team, host_row, token, post_batch, users) -> dict:
         token_hash=invitations.hash_token(link_token)
     )
     report = generate.run(generate.request(team, Month(start.year, start.month), enqueue=False).id)
+    job_accounting.account(job)
+    job_accounting.account(dark)  # no telemetry while it ran: unknown, not 0.0 GPU-hours
     return {
         "slug": team.slug,
         "host": host_row.id,
