@@ -46,6 +46,8 @@ lint: setup
 # core (at most 8 workers): each pytest-xdist worker has its own test database and Redis database
 # (tests/services.py); --dist loadgroup keeps a module's xdist_group on one worker; the 20 slowest
 # tests are listed at the end. Exit status 5 (no tests collected) fails like any other.
+# tests/dashboards/test_small_screens.py leaves a screenshot of every page at 390 and 1440 px in
+# artifacts/screenshots/<width>/<url-name>.png (git-ignored): keep that folder as a CI artifact.
 TEST_WORKERS ?= auto
 test: setup browser services lint
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --maxprocesses 8 --dist loadgroup --durations=20

@@ -7,6 +7,7 @@ The house style (LAYOUT, axes, palette, the point budget) lives in greenops.char
 from __future__ import annotations
 
 from greenops.chart_style import axis, colour, layout
+from greenops.units import plural
 
 
 def _sim(simulated: bool) -> str:
@@ -44,7 +45,7 @@ def utilisation(fs: dict) -> dict:
              "line": {"color": colour(0), "width": 2},
              "hovertemplate": "mean %{y:.1f} %<extra></extra>"},
         ]
-        title = f"GPU utilisation of {fs['totals']['gpus']:,} GPUs: mean and p10–p90"
+        title = f"GPU utilisation of {plural(fs['totals']['gpus'], 'GPU')}: mean and p10–p90"
     return {"data": data, "layout": layout(
         title, yaxis=axis("%", range=[0, 100]))}
 

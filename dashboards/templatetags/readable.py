@@ -94,9 +94,10 @@ def sources(value: str | None, autoescape: bool = True) -> str:
     out, pos = [], 0
     for m in _URL.finditer(value):
         url = m.group(0).rstrip(".")
-        out.append(esc(value[pos:m.start()]))
-        out.append(format_html('<a href="{}" title="{}" rel="noopener">{}</a>', url, url,
-                               link_name(url)))
+        out.append(esc(value[pos : m.start()]))
+        out.append(
+            format_html('<a href="{}" title="{}" rel="noopener">{}</a>', url, url, link_name(url))
+        )
         pos = m.start() + len(url)
     out.append(esc(value[pos:]))
     return mark_safe("".join(str(p) for p in out))  # noqa: S308 -- every part escaped above
@@ -107,10 +108,16 @@ def figure_script(value, element_id: str) -> str:
     """Django's json_script for the chart specs, serialised by orjson and escaped with
     str.replace: a 1,000-GPU page's specs are ~0.3 MB, where json_script's str.translate took
     ~35 ms a page. Same escapes (<, >, & as \\u003C, \\u003E, \\u0026), same <script> element."""
-    text = (orjson.dumps(value).decode().replace("<", "\\u003C").replace(">", "\\u003E")
-            .replace("&", "\\u0026"))
-    return format_html('<script id="{}" type="application/json">{}</script>', element_id,
-                       mark_safe(text))
+    text = (
+        orjson.dumps(value)
+        .decode()
+        .replace("<", "\\u003C")
+        .replace(">", "\\u003E")
+        .replace("&", "\\u0026")
+    )
+    return format_html(
+        '<script id="{}" type="application/json">{}</script>', element_id, mark_safe(text)
+    )
 
 
 @register.simple_tag
@@ -127,17 +134,19 @@ def host_rows(team_slug: str, hosts: list[dict]) -> str:
     rows = []
     for h in hosts:
         status = "offline" if h["offline"] else "online"
-        region = (f'<span class="wide-only"> · {html.escape(h["region"])}</span>'
-                  if h["region"] else "")
+        region = (
+            f'<span class="wide-only"> · {html.escape(h["region"])}</span>' if h["region"] else ""
+        )
         seen = h["last_seen"]
         title = f' title="{utc(seen)} UTC"' if seen else ""
         rows.append(
             f'<tr><td><a href="{before}{int(h["id"])}{after}">{html.escape(h["name"])}</a></td>'
             f'<td><span class="status {status}">{status}</span></td>'
-            f'<td>{len(h["gpu_ids"])}</td>'
-            f'<td>{html.escape(h["instance_type"] or "–")}{region}</td>'
+            f"<td>{len(h['gpu_ids'])}</td>"
+            f"<td>{html.escape(h['instance_type'] or '–')}{region}</td>"
             f'<td class="wide-only">{html.escape(h["agent_version"] or "–")}</td>'
-            f'<td{title}>{ago(seen, now)}</td></tr>')
+            f"<td{title}>{ago(seen, now)}</td></tr>"
+        )
     return mark_safe("\n".join(rows))  # every database text above escaped
 
 
@@ -147,3 +156,150 @@ def span_words(seconds: float | int | None) -> str:
     if seconds in (None, ""):
         return ""
     return _span_words(dt.timedelta(seconds=float(seconds)))
+
+
+# The team menu's sections (templates/_team_nav.html): which one a page belongs to, by its URL
+# name, so the menu marks where the reader is. The daily views come first; the rest sit under
+# the team's Settings.
+_SECTION_PREFIXES = [
+    ("team-dashboard", "home"),
+    ("host-detail", "home"),
+    ("host-edit", "hosts"),
+    ("kpi-", "kpis"),
+    ("costs-", "costs"),
+    ("price-", "prices"),
+    ("carbon-sites", "sites"),
+    ("site-", "sites"),
+    ("carbon-", "carbon"),
+    ("workload-", "workloads"),
+    ("alert-", "alerts"),
+    ("report", "reports"),
+    ("advisor-", "advisor"),
+    ("benchmark-", "benchmarks"),
+    ("host-", "hosts"),
+    ("team-members", "members"),
+    ("member-", "members"),
+    ("invitation-", "members"),
+    ("team-permissions", "permissions"),
+    ("api-token", "tokens"),
+    ("team-audit", "audit"),
+    ("team-", "settings"),
+]
+SETTINGS_SECTIONS = {
+    "hosts",
+    "sites",
+    "prices",
+    "members",
+    "permissions",
+    "tokens",
+    "audit",
+    "settings",
+}
+
+
+@register.filter
+def section_of(url_name: str | None) -> str:
+    """The team-menu section of a page's URL name ("kpi-job" -> "kpis"); "" when none."""
+    for prefix, section in _SECTION_PREFIXES:
+        if url_name and url_name.startswith(prefix):
+            return section
+    return ""
+
+
+@register.filter
+def in_settings(section: str) -> bool:
+    return section in SETTINGS_SECTIONS
+
+
+_DATE = re.compile(r"\b(20\d\d-\d\d-\d\d)\b")
+
+
+def short_source(value: str | None) -> str:
+    """A source's short name for a table cell: the words before its first URL (or the URL's
+    file), and the first date in it: "snapshot aws_prices_2026-11-09.json" stays, "hourly price
+    from https://raw.githubusercontent.com/.../hyperscalers.json as of 2026-11-09" becomes
+    "hourly price from hyperscalers.json, 2026-11-09"."""
+    if not value:
+        return ""
+    text = " ".join(str(value).split())
+    m = _URL.search(text)
+    head = text[: m.start()].strip(" ·;,(:") if m else text
+    if m:
+        name = link_name(m.group(0).rstrip(".")).split(" on ")[0]
+        head = f"{head} {name}".strip() if len(head) <= 30 else head
+    if len(head) > 48:
+        cut = head.rfind(" ", 0, 46)
+        head = head[: cut if cut > 20 else 46].rstrip(" ·;,(:") + "…"
+    date = _DATE.search(text)
+    if date and date.group(1) not in head:
+        head = f"{head}, {date.group(1)}"
+    return head
+
+
+@register.filter(needs_autoescape=True)
+def disclose(value: str | None, label: str = "", autoescape: bool = True) -> str:
+    """Reasoning or a source folded behind a short named summary (<details>): a table cell
+    shows "hyperscalers.json, 2026-11-09 ▸", the full text with its links opens on a click.
+    A short text is shown as it is; empty stays empty (callers |default)."""
+    if not value:
+        return value or ""
+    text = str(value)
+    if len(text) <= 40 and not _URL.search(text):
+        return conditional_escape(text) if autoescape else text
+    return format_html('<details class="why"><summary>{}</summary><div>{}</div></details>',
+                       label or short_source(text), sources(text, autoescape))
+
+
+@register.filter
+def measured_jobs(jobs: list[dict]) -> list[dict]:
+    """Training jobs with measured GPU time, or not accounted yet (shown in the table)."""
+    return [j for j in jobs if j.get("gpu_hours") is None or j.get("cost_usd") is not None
+            or j["gpu_hours"] > 0]
+
+
+@register.filter
+def unmeasured_jobs(jobs: list[dict]) -> list[dict]:
+    """Training jobs accounted with no telemetry at all: unknown, with the reason, not 0.0."""
+    return [j for j in jobs if j.get("gpu_hours") is not None and j.get("cost_usd") is None
+            and j["gpu_hours"] <= 0]
+
+
+# Form fields as the form's own labels call them, for error summaries ("Not saved — Fire
+# level: must be a number"): a person never reads a code name such as fire_level.
+FIELD_WORDS = {
+    "name": "Name", "kind": "Kind", "kpi": "KPI", "scope": "Scope", "host": "Host",
+    "gpu": "GPU", "workload": "Workload", "window": "Window", "direction": "Direction",
+    "fire_level": "Fire level", "clear_level": "Clear level",
+    "baseline_days": "Baseline days", "min_requests": "Minimum inferences in a window",
+    "forecast_min_days": "Complete days before a forecast",
+    "stopped_minutes": "Minutes without samples", "for_minutes": "Pending minutes",
+    "keep_firing_minutes": "Keep-firing minutes", "no_data": "When there is no data",
+    "nodata_grace_minutes": "No-data minutes", "channels": "Channels",
+    "repeat_minutes": "Repeat minutes", "mute_weekdays": "Mute days",
+    "mute_start_hour": "Mute from hour", "mute_end_hour": "Mute to hour",
+    "target": "Target", "url": "URL", "label": "Label", "a": "Variant A",
+    "b": "Variant B", "a_start": "A from", "a_end": "A to", "b_start": "B from",
+    "b_end": "B to", "note": "Note", "match_process": "Process name",
+    "match_namespace": "Kubernetes namespace",
+    "match_pod_prefix": "Pod name prefix", "pue": "PUE", "discount_pct": "Discount (%)",
+    "valid_from": "Valid from", "valid_to": "Valid to", "usd_per_hour": "Price per hour (USD)",
+    "instance_type": "Instance type", "purchase_option": "Purchase option",
+    "time_zone": "Time zone", "email": "Email", "role": "Role", "month": "Month",
+}
+_UNIT_WORDS = {"pct": "(%)", "usd": "(USD)", "kwh": "(kWh)", "kg": "(kg)", "g": "(g)",
+               "min": "(minutes)", "s": "(seconds)", "w": "(W)", "j": "(J)"}
+
+
+@register.filter
+def field_label(field: str | None) -> str:
+    """A form field's name in the user's words: "fire_level" -> "Fire level",
+    "idle_threshold_pct" -> "Idle threshold (%)"; a dotted path keeps its last part."""
+    if not field:
+        return ""
+    key = str(field).rsplit(".", 1)[-1].split("[", 1)[0]
+    if key in FIELD_WORDS:
+        return FIELD_WORDS[key]
+    words = key.split("_")
+    unit = _UNIT_WORDS.get(words[-1]) if len(words) > 1 else None
+    text = " ".join(words[:-1] if unit else words).capitalize()
+    return f"{text} {unit}" if unit else text

@@ -55,6 +55,7 @@ from greenops.advisor.measure import RANGES as RANGES  # the pages' range choice
 from greenops.advisor.powercap import cap_tradeoff, pair_tradeoff, throttled
 from greenops.costs.models import InstanceType
 from greenops.telemetry.models import HostHour
+from greenops.units import plural
 from greenops.workloads.models import Workload, WorkloadKind
 
 
@@ -62,7 +63,7 @@ def _under_utilised(p: Profile, m: Monthly, conf: tuple[str, str]) -> Diagnosis 
     if p.util_pct is None or p.util_pct >= UNDER_UTIL_PCT:
         return None
     needed = max(1, math.ceil(p.gpus * p.util_pct / TARGET_UTIL_PCT))
-    evidence = [f"mean GPU utilisation {p.util_pct:.1f} % over {p.gpus} GPU(s) "
+    evidence = [f"mean GPU utilisation {p.util_pct:.1f} % over {plural(p.gpus, 'GPU')} "
                 f"(below {UNDER_UTIL_PCT:.0f} %)"]
     if p.power_w is not None:
         evidence.append(f"mean power {p.power_w:.0f} W per GPU")
@@ -70,12 +71,13 @@ def _under_utilised(p: Profile, m: Monthly, conf: tuple[str, str]) -> Diagnosis 
               "autoscale replicas to the load"]
     if needed < p.gpus:
         share = (p.gpus - needed) / p.gpus
-        levers.insert(0, f"serve the measured load on {needed} of {p.gpus} GPUs")
+        levers.insert(0, f"serve the measured load on {needed} of {plural(p.gpus, 'GPU')}")
         effect = scaled_effect(
             m, -share, None if m.usd is None else -m.usd * share,
             unknown="" if m.usd is not None else f"cost unknown: {m.usd_problem}",
-            method=(f"{p.gpus} GPUs × {p.util_pct:.1f} % ÷ {TARGET_UTIL_PCT:.0f} % target = "
-                    f"{needed} GPU(s); the {p.gpus - needed} freed GPUs' share "
+            method=(f"{plural(p.gpus, 'GPU')} × {p.util_pct:.1f} % ÷ "
+                    f"{TARGET_UTIL_PCT:.0f} % target = "
+                    f"{plural(needed, 'GPU')}; the {p.gpus - needed} freed GPUs' share "
                     f"({share * 100:.0f} %) of the measured monthly energy, CO2e and cost. "
                     "An upper bound: the remaining GPUs draw more when busier."))
     else:
@@ -174,7 +176,8 @@ def _unstalled_effect(p: Profile, m: Monthly, busy: float, cause: str, faster: s
     return scaled_effect(
         m, -freed, None if m.usd is None else -m.usd * freed,
         unknown="" if m.usd is not None else f"cost unknown: {m.usd_problem}",
-        method=(f"upper bound: with {cause}, the same work fits {needed} of {p.gpus} GPUs at "
+        method=(f"upper bound: with {cause}, the same work fits {needed} of "
+                f"{plural(p.gpus, 'GPU')} at "
                 f"{TARGET_UTIL_PCT:.0f} % ({p.gpus} × {busy:.1f} % ÷ {TARGET_UTIL_PCT:.0f} %); "
                 "the freed GPUs' share of the measured month. Not additive with "
                 "under-utilised."))

@@ -35,6 +35,7 @@ from greenops.alerts.models import (
     RuleValue,
     State,
 )
+from greenops.units import plural
 
 BREACH, HOLD, CLEAR, NODATA, ERROR = "breach", "hold", "clear", "nodata", "error"
 # Nothing to judge yet, and nothing wrong: a calendar window in its first hour, or a window
@@ -175,7 +176,7 @@ def _threshold(rule: Rule, scope: kpi_values.Scope, now: dt.datetime, tz) -> Out
     if f.value is None:
         return no_figure(rule, scope, now, f.reason, fig)
     if kpi_values.KPIS[rule.kpi].per_inference and f.requests < rule.min_requests:
-        return Outcome(NODATA, None, f"{f.requests} inferences in the window, under the "
+        return Outcome(NODATA, None, f"{plural(f.requests, 'inference')} in the window, under the "
                        f"rule's minimum of {rule.min_requests}", fig)
     cond = compare(f.value, rule.direction, rule.fire_level, rule.effective_clear_level())
     clear = rule.effective_clear_level()
@@ -203,7 +204,7 @@ def _change(rule: Rule, scope: kpi_values.Scope, now: dt.datetime, tz) -> Outcom
     # The volume floor applies to both windows: a quiet hour's ratio is noise, not a trend.
     low = min(cur.requests, base.requests)
     if rule.min_requests and low < rule.min_requests:
-        return Outcome(NODATA, None, f"{low} inferences in a window, under the rule's "
+        return Outcome(NODATA, None, f"{plural(low, 'inference')} in a window, under the rule's "
                        f"minimum of {rule.min_requests}", fig)
     if base.value == 0:
         return Outcome(NODATA, None, "baseline is 0: a change in % is undefined", fig)
@@ -213,7 +214,8 @@ def _change(rule: Rule, scope: kpi_values.Scope, now: dt.datetime, tz) -> Outcom
                    clear if rule.direction == Direction.ABOVE else -clear)
     unit = kpi_values.KPIS[rule.kpi].unit
     detail = (f"{kpi_values.KPIS[rule.kpi].label} {_fmt(cur.value, unit)} against "
-              f"{_fmt(base.value, unit)} {rule.baseline_days} days earlier: {pct:+.1f} %; "
+              f"{_fmt(base.value, unit)} {plural(rule.baseline_days, 'day')} earlier: "
+              f"{pct:+.1f} %; "
               f"fires at {'+' if rule.direction == Direction.ABOVE else '-'}{fire:g} %")
     return Outcome(cond, pct, detail, fig)
 
@@ -259,7 +261,8 @@ def _budget(rule: Rule, scope: kpi_values.Scope, now: dt.datetime, tz) -> Outcom
                                "days": fc.days, "interval": "80 %"}
             interval = (f"80 % interval {_fmt(fc.low, unit)} to {_fmt(fc.high, unit)}"
                         if fc.low is not None else "no interval from one day")
-            parts.append(f"forecast {_fmt(fc.value, unit)} ({interval}, from {fc.days} days)")
+            parts.append(f"forecast {_fmt(fc.value, unit)} ({interval}, "
+                         f"from {plural(fc.days, 'day')})")
             breach = breach or fc.value >= budget
     return Outcome(BREACH if breach else CLEAR, spent, "; ".join(parts), fig)
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 from greenops.alerts import kpi_values
 from greenops.alerts.models import Rule, RuleKind
 from greenops.chart_style import LAYOUT, MAX_POINTS, axis
+from greenops.units import plural
 
 STATE_COLOURS = {"ok": "#15803d", "pending": "#b45309", "firing": "#b91c1c",
                  "recovering": "#7c3aed", "nodata": "#6b7280", "error": "#111827"}
@@ -47,7 +48,7 @@ def rule_chart(rule: Rule, days: int = 7) -> dict | None:
         unit, title = "hosts", "Hosts not reporting"
     elif rule.kind == RuleKind.CHANGE:
         unit, title = "%", f"Change in {kpi_values.KPIS[rule.kpi].label.lower()} against " \
-                           f"{rule.baseline_days} days earlier"
+                           f"{plural(rule.baseline_days, 'day')} earlier"
     else:
         unit, title = kpi_values.KPIS[rule.kpi].unit, kpi_values.KPIS[rule.kpi].label
     data = [{"type": "scatter", "mode": "lines+markers", "name": "value", "x": xs,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from greenops.carbon.accounting import effect_of_it_kwh
 from greenops.costs.models import HOURS_PER_MONTH, INTERRUPTION_BANDS
+from greenops.units import plural
 
 RESTART_MIN = 10.0  # time to get a replacement spot instance running and reload a checkpoint
 UNKNOWN_BAND = ">20%"  # without a Spot Instance Advisor band, plan for the worst one
@@ -216,10 +217,10 @@ def stop_idle(host: str, option: str, host_usd_per_hour: float | None, gpu_count
     pays_per_hour = option in ("on_demand", "spot")
     saved = (host_usd_per_hour or 0.0) * instance_hours_per_month if pays_per_hour else 0.0
     return Recommendation(
-        "stop_idle", host, f"Stop {host}: its GPUs have been idle for {idle_hours} hours",
+        "stop_idle", host, f"Stop {host}: its GPUs have been idle for {plural(idle_hours, 'hour')}",
         saved, 100.0 if saved else 0.0, "low", kwh, co2e,
-        f"All {gpu_count} GPU(s) of {host} stayed under the idle threshold for the last "
-        f"{idle_hours} hours while drawing {idle_kw * 1000:.0f} W; it runs about "
+        f"All {plural(gpu_count, 'GPU')} of {host} stayed under the idle threshold for the last "
+        f"{plural(idle_hours, 'hour')} while drawing {idle_kw * 1000:.0f} W; it runs about "
         f"{instance_hours_per_month:.0f} h a month."
         + ("" if pays_per_hour else " It is on a commitment, so stopping saves energy and "
            "CO2e but not dollars; move other work onto it instead."),
@@ -269,16 +270,17 @@ def consolidate(subject: str, option: str, hosts: list[HostLoad], pue: float,
         freed_names = ", ".join(h.name for h in freed)
         title = (f"Consolidate workloads onto fewer hosts: free {len(freed)} of {len(hosts)} "
                  f"({subject})")
-        why = (f"{busy} GPU(s) are busy across {names} ({idle_gpus} idle for days); they fit on "
-               f"{kept} host(s), so {freed_names} can be stopped once its work moves.")
+        why = (f"{plural(busy, 'GPU')} {'is' if busy == 1 else 'are'} busy across {names} "
+               f"({idle_gpus} idle for days); they fit on {plural(kept, 'host')}, so "
+               f"{freed_names} can be stopped once its work moves.")
         if not pays_per_hour:
             why += (" These hosts are on a commitment, so stopping one saves energy and CO2e "
                     "but not dollars until the commitment ends.")
     else:
         saved, it_kwh = 0.0, -sum(h.idle_kw * h.hours_per_month for h in hosts)
         title = f"Consolidate workloads onto fewer hosts ({subject})"
-        why = (f"{idle_gpus} GPU(s) on {names} stayed idle for days, but the busy GPUs need "
-               "every host and no smaller instance of this GPU family in the catalog fits the "
+        why = (f"{plural(idle_gpus, 'GPU')} on {names} stayed idle for days, but the busy GPUs "
+               "need every host and no smaller instance of this GPU family in the catalog fits the "
                "work, so no dollars are claimed: the instance is billed whole. The energy "
                "figure is the idle GPUs' measured draw, put to use by moving work from other "
                "hosts onto them.")
@@ -331,7 +333,8 @@ def rightsize(host: str, current: InstanceOffer, used_gpus: int, peak_mem_gib: f
         "rightsize", host, f"Move {host} from {current.name} to {best.name}", saved,
         (current.usd_per_hour - best.usd_per_hour) / current.usd_per_hour * 100, "medium", kwh,
         co2e,
-        f"{host} used {used_gpus} of {current.gpu_count} {current.gpu_model} GPU(s), peaking at "
+        f"{host} used {used_gpus} of {current.gpu_count} {current.gpu_model} "
+        f"GPU{'' if current.gpu_count == 1 else 's'}, peaking at "
         f"{peak_mem_gib:.1f} GiB; {best.name} has {best.gpu_count} x {best.gpu_model} with "
         f"{best.gpu_memory_gib:.0f} GiB each (20% headroom kept) at ${best.usd_per_hour:.4f}/h "
         f"instead of ${current.usd_per_hour:.4f}/h. Check throughput on the new GPU before "

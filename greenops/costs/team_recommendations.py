@@ -22,6 +22,7 @@ from greenops.costs.catalog import find_price, is_stale
 from greenops.costs.models import HOURS_PER_MONTH, InstanceType, Payment, Price, PriceOption
 from greenops.teams.models import Team
 from greenops.telemetry.models import Host, PurchaseOption
+from greenops.units import plural
 
 MIN_COMMIT_DAYS = 30  # a commitment is sized on at least this much measured history
 # Monthly savings of spot, stop-idle, consolidation and right-sizing are projected from the
@@ -195,7 +196,7 @@ def _commitments(tu: TeamUsage, od_rows: list[HostCost], now) -> list[dict]:
             r = rec.Recommendation(
                 "no_commitment", subject, f"Not enough history to size a commitment for "
                 f"{subject}", 0.0, 0.0, "low", 0.0, 0.0,
-                f"{days} days measured; commitments need {MIN_COMMIT_DAYS}. Choose a "
+                f"{plural(days, 'day')} measured; commitments need {MIN_COMMIT_DAYS}. Choose a "
                 f"{MIN_COMMIT_DAYS}-day or longer lookback once that much usage is measured.",
                 detail={"measured_days": days, "needed_days": MIN_COMMIT_DAYS})
             out.append(_finish(r, [od], now))

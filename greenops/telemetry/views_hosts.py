@@ -15,6 +15,7 @@ from greenops.teams.permissions import team_permission
 from greenops.telemetry import agent_dist, enrollment
 from greenops.telemetry.host_status import host_statuses
 from greenops.telemetry.models import Host
+from greenops.units import plural
 
 
 def server_url(request: HttpRequest) -> str:
@@ -86,7 +87,7 @@ def delete_host_history(request: HttpRequest, team: Team, host_id: int) -> HttpR
         messages.error(request, f"Type the host's name ({host.name}) to delete its history.")
         return redirect("host-list", team.slug)
     deleted = enrollment.delete_history(host, request.user)
-    messages.success(request, f"{host.name} and its history ({deleted} samples) deleted.")
+    messages.success(request, f"{host.name} and its history ({plural(deleted, 'sample')}) deleted.")
     return redirect("host-list", team.slug)
 
 

@@ -30,9 +30,9 @@ class WorkloadForm(forms.ModelForm):
         fields = ["name", "slug", "kind", "description", "hosts", "gpus", "interruptible",
                   "checkpoint_interval_min", "latency_critical", "served_model", "p99_target_ms",
                   "match_process", "match_namespace", "match_pod_prefix"]
-        labels = {"p99_target_ms": "p99 latency target (ms)",
-                  "match_process": "Match process name", "match_namespace":
-                  "Match Kubernetes namespace", "match_pod_prefix": "Match pod name prefix"}
+        labels = {"p99_target_ms": "p99 latency target (ms)", "match_process": "Process name",
+                  "match_namespace": "Kubernetes namespace", "match_pod_prefix": "Pod name prefix",
+                  "checkpoint_interval_min": "Checkpoint every (minutes)"}
         widgets = {"hosts": forms.CheckboxSelectMultiple}
 
     def __init__(self, *args, team: Team, **kwargs) -> None:

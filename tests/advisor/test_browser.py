@@ -89,7 +89,7 @@ def test_diagnosis_then_variant_comparison(live_server, page, users, team):  # n
     assert page.locator("h1").inner_text().startswith("fp16 vs int8")
     assert "-37.5 %" in page.locator("#line-energy_per_inference_j").inner_text()
     _shot(page, "pair")
-    page.get_by_role("link", name="Variants", exact=True).click()
+    page.get_by_role("link", name="Advisor", exact=True).click()
     row = page.locator("#pairs tbody tr")
     row.first.wait_for()
     assert row.count() == 1 and "fp16 vs int8" in row.first.inner_text()

@@ -8,6 +8,7 @@ import json
 import pytest
 from django.utils import timezone
 
+from dashboards.templatetags.readable import field_label
 from greenops.alerts import channels, evaluate
 from greenops.alerts.models import Rule
 from tests.support.alerts import RULE_FORM, make_rule, rollup
@@ -54,7 +55,9 @@ def test_bad_form_input_names_the_field_and_stores_nothing(member, host, change,
     resp = member.post("/teams/vision/alerts/new/", {**RULE_FORM, **change})
     assert resp.status_code == 400
     html = resp.content.decode()
-    assert f"Not saved — {field}:" in html and words in html
+    label = field_label(field)  # the user's words, never the code name
+    assert f"Not saved — {label}:" in html and words in html
+    assert f"Not saved — {field}:" not in html or label == field
     assert f'id="error-{field}"' in html
     assert not Rule.objects.exists()
 
@@ -135,7 +138,7 @@ def test_channel_page_shows_the_webhook_secret_once_and_masks_targets(client, te
     assert "https://hooks.example.com/…/SEC…" in again  # short parts show nothing
     bad = client.post("/teams/vision/alerts/channels/new/", {
         "name": "x", "kind": "webhook", "target": "https://user:pw@"})
-    assert bad.status_code == 400 and "target:" in bad.content.decode()
+    assert bad.status_code == 400 and "Not saved — Target:" in bad.content.decode()
 
 
 def test_a_week_of_minutely_values_is_thinned_to_the_point_budget_keeping_the_worst():

@@ -259,7 +259,7 @@ def test_stop_idle_in_full():
     # stop_idle_9..59: every field, and the commitment sentence. An on-demand host of 8 GPUs
     # drawing 0.56 kW idle, $12/h, running 300 h a month, PUE 1.5, 400 g/kWh:
     # -0.56 kW x 300 h x 1.5 = -252 kWh; x 400 g/kWh = -100.8 kg; $12 x 300 h = $3,600.
-    reasoning = ("All 8 GPU(s) of gpu-7 stayed under the idle threshold for the last 24 hours "
+    reasoning = ("All 8 GPUs of gpu-7 stayed under the idle threshold for the last 24 hours "
                  "while drawing 560 W; it runs about 300 h a month.")
     for option in ("on_demand", "spot"):
         r = rec.stop_idle("gpu-7", option, 12.0, 8, 24, 0.56, 1.5, 400.0, 300.0)
@@ -402,8 +402,8 @@ def test_consolidate_in_full():
     assert r.pct_saved == pytest.approx(50.0)
     assert r.kwh_per_month == pytest.approx(-420.48)
     assert r.co2e_kg_per_month == pytest.approx(-168.192)
-    why = ("3 GPU(s) are busy across gpu-3, gpu-2, gpu-1 (17 idle for days); they fit on 1 "
-           "host(s), so gpu-2, gpu-3 can be stopped once its work moves.")
+    why = ("3 GPUs are busy across gpu-3, gpu-2, gpu-1 (17 idle for days); they fit on 1 "
+           "host, so gpu-2, gpu-3 can be stopped once its work moves.")
     assert r.reasoning == why
     assert r.detail == {"hosts": ["gpu-3", "gpu-2", "gpu-1"], "freed": ["gpu-2", "gpu-3"],
                         "busy_gpus": 3, "idle_gpus": 17}
@@ -425,7 +425,7 @@ def test_consolidate_in_full():
     assert r.kwh_per_month == pytest.approx(-48.18)
     assert r.co2e_kg_per_month == pytest.approx(-19.272)
     assert r.reasoning == (
-        "1 GPU(s) on gpu-1 stayed idle for days, but the busy GPUs need every host and no "
+        "1 GPU on gpu-1 stayed idle for days, but the busy GPUs need every host and no "
         "smaller instance of this GPU family in the catalog fits the work, so no dollars are "
         "claimed: the instance is billed whole. The energy figure is the idle GPUs' measured "
         "draw, put to use by moving work from other hosts onto them.")
@@ -501,7 +501,7 @@ def test_rightsize_in_full():
     assert r.kwh_per_month == pytest.approx(-26.28)
     assert r.co2e_kg_per_month == pytest.approx(-10.512)
     assert r.reasoning == (
-        "h used 1 of 4 NVIDIA L4 GPU(s), peaking at 20.0 GiB; g6.xlarge has 1 x NVIDIA L4 with "
+        "h used 1 of 4 NVIDIA L4 GPUs, peaking at 20.0 GiB; g6.xlarge has 1 x NVIDIA L4 with "
         "24 GiB each (20% headroom kept) at $0.8048/h instead of $4.6016/h. Check throughput on "
         "the new GPU before switching: a different GPU model may run slower.")
 

@@ -222,4 +222,4 @@ def test_page_names_the_parts_a_partial_refresh_missed(client, users, team):
     client.force_login(users["member"])
     html = client.get(f"/teams/{team.slug}/costs/?lookback=7").content.decode()
     assert "partial" in html
-    assert "1 part(s) not refreshed: spot af-south-1" in html
+    assert "1 part not refreshed: spot af-south-1" in html

@@ -13,10 +13,19 @@
     if (cut > 0) title.text = title.text.slice(0, cut) + "<br>" + title.text.slice(cut + 1);
     layout.margin = Object.assign({}, layout.margin, {t: 55});
   }
+  // On a phone, slanted date ticks grow down into the legend below them: fewer, level ticks.
+  function fitAxis(layout, width) {
+    if (width >= 600 || !layout.xaxis || layout.xaxis.type !== "date") return;
+    layout.xaxis = Object.assign({nticks: 3, tickangle: 0}, layout.xaxis);
+  }
+  // The toolbar (modebar) shows only while the pointer is over a chart, so it never sits on
+  // a chart's title; a figure's own spec.config may say otherwise.
+  var CONFIG = {responsive: true, displaylogo: false, displayModeBar: "hover"};
   document.querySelectorAll("[data-figure]").forEach(function (el) {
     var spec = JSON.parse(document.getElementById(el.dataset.figure).textContent);
     fitTitle(spec.layout, el.clientWidth);
-    Plotly.newPlot(el, spec.data, spec.layout, {responsive: true, displaylogo: false})
+    fitAxis(spec.layout, el.clientWidth);
+    Plotly.newPlot(el, spec.data, spec.layout, Object.assign({}, CONFIG, spec.config || {}))
       .then(function () { el.dataset.rendered = "true"; });
   });
 })();
