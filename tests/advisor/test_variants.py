@@ -167,7 +167,8 @@ def test_member_marks_compares_and_deletes_a_pair(client, team_roles, team, chat
     assert 'id="pair-form"' in listing and "fp16 vs int8" in listing
     # A bad submission is a 400 naming the field, and the form keeps what was typed.
     bad = client.post(base + "new", pair_form(label="second", a_end="2026-11-19T00:00"))
-    assert bad.status_code == 400 and "<code>a_end</code>" in bad.content.decode()
+    # ... in the form's own words: the field the user typed into is labelled "A to".
+    assert bad.status_code == 400 and 'id="pair-error">A to:' in bad.content.decode()
     assert 'value="second"' in bad.content.decode()
     assert VariantPair.objects.count() == 1
     assert client.post(f"{base}{pair.id}/delete").status_code == 302
