@@ -1,9 +1,11 @@
 import logging
 import secrets
+import sys
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, HttpResponseServerError
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, HttpResponseServerError
 from django.template import loader
 from django.urls import include, path
 from django.views.decorators.csrf import requires_csrf_token
@@ -39,14 +41,31 @@ urlpatterns = [
 
 
 log = logging.getLogger("greenops.errors")
+DATABASE_RETRY_AFTER_S = 5  # as the API's 503 when PostgreSQL is down (greenops/api)
 
 
 @requires_csrf_token
-def server_error(request: HttpRequest) -> HttpResponseServerError:
+def server_error(request: HttpRequest) -> HttpResponse:
     """The 500 page: styled, with a reference the user can quote, written to the log beside the
     traceback. Rendered without the request's context processors (they read the database, which
-    may be what failed) and with nothing that can fail in turn."""
+    may be what failed) and with nothing that can fail in turn.
+
+    When what failed is the database connection itself (PostgreSQL stopped or unreachable), the
+    answer is a 503 with Retry-After that says so, as the API answers: the site is not broken,
+    a part is down, and the same request will work once it is back."""
     reference = secrets.token_hex(4)
+    exc = sys.exc_info()[1]
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        log.warning("503 reference %s for %s %s: database unreachable: %s", reference,
+                    request.method, request.path, exc)
+        try:
+            body = loader.get_template("503_database.html").render(
+                {"reference": reference, "retry_after_s": DATABASE_RETRY_AFTER_S})
+        except Exception:  # a broken template must not turn the 503 into a crash
+            body = f"<h1>Database unreachable</h1><p>Reference {reference}</p>"
+        response = HttpResponse(body, status=503)
+        response["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+        return response
     log.error("500 reference %s for %s %s", reference, request.method, request.path, exc_info=True)
     try:
         body = loader.get_template("500.html").render({"reference": reference})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from django.db import OperationalError
 from django.test import Client, RequestFactory
 from django.urls import path
 
@@ -17,8 +18,15 @@ def boom(request):
     raise RuntimeError("a bug")
 
 
-# This module is the URLconf of the 500 test: the site's routes plus one view that fails.
-urlpatterns = [*site_patterns, path("boom/", boom)]
+def database_down(request):
+    # What psycopg raises through Django when PostgreSQL is stopped (the live walk in
+    # tests/system/test_faults_live.py meets the real one).
+    raise OperationalError('connection to server at "127.0.0.1", port 5432 failed: '
+                           "Connection refused")
+
+
+# This module is the URLconf of the 500 test: the site's routes plus views that fail.
+urlpatterns = [*site_patterns, path("boom/", boom), path("db-down/", database_down)]
 handler500 = server_error
 
 
@@ -88,3 +96,19 @@ def test_the_500_page_renders_without_the_database_and_logs_its_reference(settin
 def test_the_500_view_alone_needs_no_request_context():
     resp = server_error(RequestFactory().get("/anything"))
     assert resp.status_code == 500 and b"Something went wrong" in resp.content
+
+
+def test_a_database_that_is_down_is_a_503_that_says_so_not_a_500(settings, caplog):
+    settings.DEBUG = False
+    settings.ROOT_URLCONF = __name__
+    client = Client(raise_request_exception=False)
+    with caplog.at_level(logging.WARNING, logger="greenops.errors"):
+        resp = client.get("/db-down/")
+    assert resp.status_code == 503 and resp["Retry-After"] == "5"
+    body = resp.content.decode()
+    assert "GreenOps cannot reach its database" in body and 'data-status="503"' in body
+    assert "no measurement is lost" in body and "greenops.css" in body
+    logged = [r for r in caplog.records if r.name == "greenops.errors"]
+    # A part that is down is a warning with its cause, not an error with a traceback.
+    assert len(logged) == 1 and logged[0].levelno == logging.WARNING and not logged[0].exc_info
+    assert f"<code>{logged[0].args[0]}</code>" in body

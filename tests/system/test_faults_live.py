@@ -389,23 +389,37 @@ def test_walk_after_postgres_restarted(stack):
     print("postgres restarted:", seen)
 
 
-def test_walk_with_postgres_stopped_answers_503_on_the_api(stack):
+def test_walk_with_postgres_stopped_answers_503_on_the_api_and_pages(stack):
     import requests
 
     from tests.support.factories import make_batch
 
     stack.ensure_up()
     token = stack.hosts["walk-worker-killed"][1]
-    stack.pg.stop()
-    try:
-        answers = [requests.post(f"{stack.url}/api/v1/samples", json=make_batch(n_per_gpu=1),
-                                 headers={"Authorization": f"Bearer {token}"}, timeout=10)
-                   for _ in range(4)]
-    finally:
-        stack.pg.start()
+    slug = stack.hosts["team-slug"]
+    with requests.Session() as web:
+        # Signed in while the database was up: the session cookie is all the browser holds.
+        web.get(f"{stack.url}/login/", timeout=10)
+        web.post(f"{stack.url}/login/", data={
+            "username": "walker", "password": WALK_PASSWORD,
+            "csrfmiddlewaretoken": web.cookies.get("csrftoken", "")},
+            allow_redirects=False, timeout=10)
+        assert web.get(f"{stack.url}/teams/{slug}/", timeout=30).status_code == 200
+        stack.pg.stop()
+        try:
+            answers = [requests.post(f"{stack.url}/api/v1/samples", json=make_batch(n_per_gpu=1),
+                                     headers={"Authorization": f"Bearer {token}"}, timeout=10)
+                       for _ in range(4)]
+            pages = [web.get(f"{stack.url}/teams/{slug}/", timeout=30) for _ in range(4)]
+        finally:
+            stack.pg.start()
     for r in answers:
         assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 1, r.text
         assert r.json()["error"] == "unavailable"
+    # The person's page: not a 500 but a 503 that says what is down and when to retry.
+    for r in pages:
+        assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 1, r.text[:300]
+        assert "GreenOps cannot reach its database" in r.text
 
 
 def test_walk_with_the_worker_killed(stack):
