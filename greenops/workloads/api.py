@@ -17,7 +17,8 @@ from greenops.teams.api_tokens import actor_of, authorize_caller, team_auth
 from greenops.teams.models import AuditEvent
 from greenops.telemetry.host_auth import team_or_host_token_auth
 from greenops.telemetry.models import Gpu
-from greenops.workloads import jobs
+from greenops.windows import RANGES, parse_range, period
+from greenops.workloads import jobs, pods
 from greenops.workloads.forms import WorkloadForm, first_error
 from greenops.workloads.models import Workload, WorkloadKind
 
@@ -147,6 +148,17 @@ def create_workload(request: HttpRequest, slug: str):
     audit.record(team, actor, AuditEvent.Action.WORKLOAD_CREATED, workload.slug,
                  actor_label=label, name=workload.name)
     return Status(201, workload_out(workload))
+
+
+@router.get("/teams/{slug}/pods", auth=team_auth,
+            summary="Kubernetes pods' energy, cost and CO2e over a period")
+def list_pods(request: HttpRequest, slug: str, range: str = "day"):  # noqa: A002 - the API's name
+    """Each pod's (and, for the nodes' own team, the idle time's) share of the GPU-hours it
+    held: J, $ and CO2e over whole finished hours. ``cost_usd`` is null with ``cost_reason``
+    when a host had no price."""
+    team = authorize_caller(request, slug, "team.view")
+    key = parse_range(range, [k for k in RANGES if k != "hour"])
+    return pods.page_dict(pods.pods_page(team, period(key)))
 
 
 def _caller_team(request: HttpRequest):

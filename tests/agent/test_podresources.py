@@ -1,17 +1,12 @@
-"""The agent's kubelet PodResources client against a fake kubelet: a real gRPC server on a
-unix socket in a temp dir that speaks v1.PodResourcesLister (collectors/podresources_v1), with
-answers shaped as the NVIDIA, AMD and Neuron device plugins fill them."""
+"""The agent's kubelet PodResources client against a fake kubelet (tests/support/kubelet.py): a
+real gRPC server on a unix socket in a temp dir that speaks v1.PodResourcesLister, with answers
+shaped as the NVIDIA, AMD and Neuron device plugins fill them."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import tempfile
-from concurrent import futures
 from dataclasses import dataclass
 
-import grpc
 import pytest
 
 from collectors.host_activity import Counters, HostActivityChannel, gpu_processes
@@ -23,7 +18,8 @@ from collectors.podresources import (
     parent_uuid,
     socket_for,
 )
-from collectors.podresources_v1 import api_pb2, api_pb2_grpc
+from collectors.podresources_v1 import api_pb2
+from tests.support.kubelet import FakeKubelet, ctr, pod
 
 UUID0 = "GPU-8f6c1a2e-5b7d-4c3a-9e10-2f4b6d8a0c11"
 UUID1 = "GPU-3a9d7e41-0c2b-4f5e-8d16-7b1c9e2a4f03"
@@ -38,70 +34,11 @@ class Info:
 GPUS = [Info(0, UUID0), Info(1, UUID1)]
 
 
-def pod(namespace: str, name: str, *containers) -> api_pb2.PodResources:
-    return api_pb2.PodResources(name=name, namespace=namespace, containers=list(containers))
-
-
-def ctr(name: str, resource: str = "", *ids: str) -> api_pb2.ContainerResources:
-    devs = (
-        [
-            api_pb2.ContainerDevices(
-                resource_name=resource,
-                device_ids=list(ids),
-                topology=api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=0)]),
-            )
-        ]
-        if resource
-        else []
-    )
-    return api_pb2.ContainerResources(name=name, devices=devs)
-
-
-class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
-    def __init__(self) -> None:
-        self.answer = api_pb2.ListPodResourcesResponse()
-        self.calls = 0
-
-    def List(self, request, context):  # noqa: N802 - the RPC's name
-        self.calls += 1
-        return self.answer
-
-
 @pytest.fixture
 def kubelet():
-    """A fake kubelet on <short tmp dir>/kubelet.sock (unix socket paths stop at 107 bytes)."""
-    folder = tempfile.mkdtemp(prefix="kubelet-", dir="/tmp")
-    path = os.path.join(folder, "kubelet.sock")
-    fake = FakeKubelet()
-    servers = []
-
-    dead = []
-
-    def start():
-        while dead:  # a restarted kubelet replaces the socket file
-            dead.pop().close()
-            os.unlink(path)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        api_pb2_grpc.add_PodResourcesListerServicer_to_server(fake, server)
-        server.add_insecure_port(f"unix:{path}")
-        server.start()
-        servers.append(server)
-
-    def stop():
-        """The kubelet goes down: its socket file stays (bound, nobody listening)."""
-        servers.pop().stop(None).wait()
-        sock = socket.socket(socket.AF_UNIX)
-        sock.bind(path)
-        dead.append(sock)
-
-    fake.path, fake.start, fake.stop = path, start, stop
-    start()
+    fake = FakeKubelet().start()
     yield fake
-    for server in servers:
-        server.stop(None).wait()
-    for sock in dead:
-        sock.close()
-    shutil.rmtree(folder, ignore_errors=True)
+    fake.close()
 
 
 def test_list_reads_each_containers_gpus_and_skips_other_resources(kubelet):
