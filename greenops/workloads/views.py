@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 from greenops.teams import audit
 from greenops.teams.models import ApiToken, AuditEvent, Membership, Team
 from greenops.teams.permissions import team_permission
-from greenops.telemetry.models import Gpu
+from greenops.telemetry.models import Gpu, Host
 from greenops.windows import period, range_from_request, ranges
 from greenops.workloads.forms import WorkloadForm
 from greenops.workloads.models import NamespaceTeam, Workload
@@ -101,7 +101,9 @@ def pod_list(request: HttpRequest, team: Team) -> HttpResponse:
     """Kubernetes pods as workloads: each pod's share of the GPU-hours it held, in J, $ and
     CO2e (greenops.workloads.pods), and the namespace -> team map for the team's nodes."""
     key = range_from_request(request, POD_RANGES, default="day")
-    can_map = "workloads.manage" in request.team_actions
+    # Mapping is for the team whose nodes run the pods: a team without hosts has none to map.
+    can_map = "workloads.manage" in request.team_actions and \
+        Host.objects.filter(team=team, removed_at__isnull=True).exists()
     return render(request, "workloads/pods.html", {
         "team": team, "page": pods_page(team, period(key)), "ranges": POD_RANGES.values(),
         "range_key": key, "can_map": can_map, "unmapped": UNMAPPED, "no_pod": NO_POD,
