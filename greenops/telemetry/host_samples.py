@@ -166,6 +166,7 @@ def store(host: Host, rows: list[HostSample], snapshot: dict | None) -> int:
         if inserted:
             recompute_hours(host, floor_hour(lo), floor_hour(hi) + dt.timedelta(hours=1))
         if snapshot is not None:
+            pod_hours.one_snapshot_at_a_time(host)
             current = GpuProcess.objects.filter(host=host)
             newest = current.aggregate(t=Max("seen_at"))["t"]
             if newest is None or snapshot["ts"] > newest:

@@ -36,6 +36,13 @@ def hour_parts(start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, 
     return out
 
 
+def one_snapshot_at_a_time(host: Host) -> None:
+    """Lock the host's row until the caller's transaction ends: two batches of one host stored
+    at once would otherwise both credit the time since the stored snapshot. The second waits
+    here, then reads the snapshot the first stored (read committed)."""
+    list(Host.objects.select_for_update().filter(pk=host.pk).values_list("pk", flat=True))
+
+
 def credit(
     host: Host, previous: Iterable[GpuProcess], since: dt.datetime, until: dt.datetime
 ) -> int:

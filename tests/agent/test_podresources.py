@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from collectors.config import load_config
 from collectors.host_activity import Counters, HostActivityChannel, gpu_processes
 from collectors.podresources import (
     Allocation,
@@ -16,6 +17,7 @@ from collectors.podresources import (
     WithPods,
     list_allocations,
     parent_uuid,
+    pod_source,
     socket_for,
 )
 from collectors.podresources_v1 import api_pb2
@@ -195,3 +197,16 @@ def test_the_setting_names_the_socket():
         == "/var/lib/kubelet/pod-resources/kubelet.sock"
     )
     assert socket_for("/run/k/kubelet.sock") == "/run/k/kubelet.sock"
+
+
+def test_the_agent_reads_the_setting_and_wraps_its_source_only_when_asked():
+    config = load_config({}, environ={"GREENOPS_POD_RESOURCES": "/run/k/kubelet.sock"})
+    assert config.pod_resources == "/run/k/kubelet.sock"
+    assert load_config({}, environ={}).pod_resources == "auto"
+    nvml = Nvml()
+    assert pod_source(nvml, "off") is nvml
+    wrapped = pod_source(nvml, config.pod_resources)
+    assert (
+        isinstance(wrapped, WithPods) and wrapped.attribution.socket_path == "/run/k/kubelet.sock"
+    )
+    assert wrapped.processes(0) == [(4242, 30_000.0)]  # NVML's processes still reach the server
