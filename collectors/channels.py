@@ -12,6 +12,7 @@ from collectors.agent import Channel
 from collectors.config import AgentConfig
 from collectors.host_activity import HostActivityChannel, gpu_processes
 from collectors.host_energy import CodecarbonSource, HostEnergyChannel, codecarbon_installed
+from collectors.podresources import pod_source
 from collectors.scrape import ScrapeChannel
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,8 @@ def build_channels(config: AgentConfig, simulated: bool = False,
         procs = None
         if source is not None:
             indexes = [g.index for g in source.gpus()]
-            procs = functools.partial(gpu_processes, source, indexes)
+            procs = functools.partial(gpu_processes, pod_source(source, config.pod_resources),
+                                      indexes)
         channels.append(HostActivityChannel(interval_s=config.host_sample_interval,
                                             processes=procs))
     if config.host_energy == "codecarbon":

@@ -58,6 +58,9 @@ class AgentConfig:
     host_energy_interval: float = 15.0  # seconds between CPU/RAM readings
     host_samples: str = "on"  # host CPU/network/disk and GPU processes: "on" or "off"
     host_sample_interval: float = 15.0  # seconds between host activity readings
+    # Kubernetes pods holding each GPU, from the kubelet's PodResources socket: "auto" (when
+    # the socket is there or the agent runs in a pod), "off", or the socket's path.
+    pod_resources: str = "auto"
     scrape_interval: float = 15.0  # seconds between scrapes of the inference servers
     scrape: tuple = ()  # [[scrape]] tables of the TOML file: collectors.scrape.Target
 

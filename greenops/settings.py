@@ -329,6 +329,7 @@ CELERY_TASK_ROUTES = {
     "greenops.telemetry.tasks.*": {"queue": "rollups"},  # housekeeping: pruning, partitions
     "greenops.kpis.tasks.*": {"queue": "rollups"},
     "greenops.costs.tasks.*": {"queue": "rollups"},
+    "greenops.workloads.tasks.*": {"queue": "rollups"},
     "dashboards.tasks.*": {"queue": "rollups"},  # team home snapshots (cost figures)
     "greenops.alerts.tasks.*": {"queue": "alerts"},
     "greenops.teams.tasks.*": {"queue": "alerts"},  # invitation mail: outbound, like alerts
@@ -349,6 +350,8 @@ CELERY_BEAT_SCHEDULE = {
                            "schedule": 3600.0},
     "storage-retention": {"task": "greenops.telemetry.tasks.apply_retention", "schedule": 3600.0},
     "kpi-rollups": {"task": "greenops.kpis.tasks.rollup_kpis", "schedule": 300.0},
+    # Kubernetes pods' share of each finished GPU-hour (greenops.workloads.pods).
+    "pod-hour-rollups": {"task": "greenops.workloads.tasks.rollup_pod_hours", "schedule": 300.0},
     "prices-refresh": {"task": "greenops.costs.tasks.refresh_prices", "schedule": 6 * 3600.0},
     # The team home's cost figures per team, retaken when 15 min old (headline.SNAPSHOT_*).
     "team-home-snapshots": {"task": "dashboards.tasks.snapshot_team_homes", "schedule": 300.0},
@@ -375,6 +378,7 @@ BEAT_TASK_TIME_LIMITS_S: dict[str, tuple[int, int]] = {
     # The rolled-up check counts a day's raw samples per GPU (one partition scan).
     "greenops.telemetry.tasks.apply_retention": (3000, 3300),
     "greenops.kpis.tasks.rollup_kpis": (600, 660),
+    "greenops.workloads.tasks.rollup_pod_hours": (240, 300),
     "greenops.costs.tasks.refresh_prices": (600, 660),
     "dashboards.tasks.snapshot_team_homes": (3000, 3300),
     # A first fill of a 1,000-GPU team reads a day of minute and 30 days of hour rollups.

@@ -20,6 +20,7 @@ from django.db.models import Count, F, Max, Q, Sum
 from django.db.models.functions import TruncHour
 
 from greenops.errors import invalid
+from greenops.telemetry import pod_hours
 from greenops.telemetry.models import Gpu, GpuProcess, Host, HostHour, HostSample
 from greenops.telemetry.wire import (
     check_range,
@@ -165,9 +166,12 @@ def store(host: Host, rows: list[HostSample], snapshot: dict | None) -> int:
         if inserted:
             recompute_hours(host, floor_hour(lo), floor_hour(hi) + dt.timedelta(hours=1))
         if snapshot is not None:
+            pod_hours.one_snapshot_at_a_time(host)
             current = GpuProcess.objects.filter(host=host)
             newest = current.aggregate(t=Max("seen_at"))["t"]
             if newest is None or snapshot["ts"] > newest:
+                if newest is not None:  # the older snapshot's pods held their GPUs until now
+                    pod_hours.credit(host, list(current), newest, snapshot["ts"])
                 current.delete()
                 GpuProcess.objects.bulk_create(snapshot["rows"])
     return inserted

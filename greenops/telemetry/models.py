@@ -371,6 +371,26 @@ class GpuProcess(models.Model):
         ordering = ["gpu_id", "pid", "pod"]
 
 
+class GpuPodHour(models.Model):
+    """Seconds a Kubernetes pod's container held a GPU within one hour, credited from the
+    host's process snapshots (greenops.telemetry.pod_hours): the time from one snapshot to the
+    next goes to the pods of the earlier one, in equal parts when several hold the GPU at once.
+    What greenops.workloads.pods turns into each pod's joules, dollars and CO2e."""
+
+    gpu = models.ForeignKey(Gpu, models.CASCADE, related_name="+")
+    host = models.ForeignKey(Host, models.CASCADE, related_name="+")
+    bucket = models.DateTimeField()
+    namespace = models.CharField(max_length=253)
+    pod = models.CharField(max_length=253)
+    container = models.CharField(max_length=253, blank=True)
+    held_s = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(
+            fields=["gpu", "bucket", "namespace", "pod", "container"], name="gpu_pod_hour_once")]
+        indexes = [models.Index(fields=["host", "bucket"], name="gpu_pod_hour_host")]
+
+
 # --- Enrollment and host lifecycle (issue 4) ----------------------------------------------
 
 ENROLL_TOKEN_PREFIX = "gen_"

@@ -6,9 +6,12 @@ the team) start and stop training jobs.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from django.http import HttpRequest
 from ninja import Router
 from ninja.responses import Status
+from pydantic import WithJsonSchema
 
 from greenops.errors import invalid
 from greenops.request_body import NO_NUL, declared_body, json_body, text
@@ -17,11 +20,15 @@ from greenops.teams.api_tokens import actor_of, authorize_caller, team_auth
 from greenops.teams.models import AuditEvent
 from greenops.telemetry.host_auth import team_or_host_token_auth
 from greenops.telemetry.models import Gpu
-from greenops.workloads import jobs
+from greenops.windows import RANGES, parse_range, period
+from greenops.workloads import jobs, pods
 from greenops.workloads.forms import WorkloadForm, first_error
 from greenops.workloads.models import Workload, WorkloadKind
 
 router = Router(tags=["workloads"])
+POD_RANGES = [k for k in RANGES if k != "hour"]  # periods of whole finished hours
+# Checked by windows.parse_range (a 422 naming the parameter); declared here.
+PodRange = Annotated[str, WithJsonSchema({"type": "string", "enum": POD_RANGES})]
 
 WORKLOAD_KEYS = {"name", "slug", "kind", "description", "hosts", "gpus", "interruptible",
                  "checkpoint_interval_min", "latency_critical", "match_process", "match_namespace",
@@ -147,6 +154,17 @@ def create_workload(request: HttpRequest, slug: str):
     audit.record(team, actor, AuditEvent.Action.WORKLOAD_CREATED, workload.slug,
                  actor_label=label, name=workload.name)
     return Status(201, workload_out(workload))
+
+
+@router.get("/teams/{slug}/pods", auth=team_auth,
+            summary="Kubernetes pods' energy, cost and CO2e over a period")
+def list_pods(request: HttpRequest, slug: str, range: PodRange = "day"):  # noqa: A002 - the API's name
+    """Each pod's (and, for the nodes' own team, the idle time's) share of the GPU-hours it
+    held: J, $ and CO2e over whole finished hours. ``cost_usd`` is null with ``cost_reason``
+    when a host had no price."""
+    team = authorize_caller(request, slug, "team.view")
+    key = parse_range(range, POD_RANGES)
+    return pods.page_dict(pods.pods_page(team, period(key)))
 
 
 def _caller_team(request: HttpRequest):

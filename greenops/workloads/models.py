@@ -170,3 +170,46 @@ class TrainingJob(models.Model):
     def duration_s(self, now=None) -> float:
         end = self.stopped_at or now or timezone.now()
         return max(0.0, (end - self.started_at).total_seconds())
+
+
+class NamespaceTeam(models.Model):
+    """A Kubernetes namespace on the hosts of ``owner`` whose pods' figures ``team`` sees
+    (greenops.workloads.pods). Set by an admin of the hosts' team who is also a member of
+    ``team``; a namespace without a row is "unmapped" and only the hosts' team sees it."""
+
+    owner = models.ForeignKey(Team, models.CASCADE, related_name="namespace_mappings")
+    namespace = models.CharField(max_length=63)
+    team = models.ForeignKey(Team, models.CASCADE, related_name="mapped_namespaces")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["namespace"]
+        constraints = [models.UniqueConstraint(fields=["owner", "namespace"],
+                                               name="namespace_team_once")]
+
+
+class PodHour(models.Model):
+    """One GPU's hour on a Kubernetes node, split between the pods that held it: the rollup the
+    pods page and API read (built by greenops.workloads.pods.rollup). Each row is the pod's
+    fraction of the hour (held_s / 3600) times the GPU-hour's IT energy, cost and CO2e from the
+    energy, costs and carbon owners; the row with an empty pod is the time no pod held it, so a
+    host's rows add up to the host's figures."""
+
+    host = models.ForeignKey(Host, models.CASCADE, related_name="+")
+    gpu = models.ForeignKey(Gpu, models.CASCADE, related_name="+")
+    bucket = models.DateTimeField()
+    namespace = models.CharField(max_length=253, blank=True)
+    pod = models.CharField(max_length=253, blank=True)  # "": held by no pod
+    container = models.CharField(max_length=253, blank=True)
+    held_s = models.FloatField()
+    energy_j = models.FloatField()  # IT energy: GPU + its share of the host's CPU/RAM
+    facility_energy_j = models.FloatField()
+    co2e_kg = models.FloatField()
+    cost_usd = models.FloatField(null=True)  # null: the host has no price for the hour
+    cost_note = models.CharField(max_length=200, blank=True)  # the price's source, or why none
+    simulated = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(
+            fields=["gpu", "bucket", "namespace", "pod", "container"], name="pod_hour_once")]
+        indexes = [models.Index(fields=["host", "bucket"], name="pod_hour_host_bucket")]

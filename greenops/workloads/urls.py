@@ -6,6 +6,10 @@ from greenops.workloads import views
 
 urlpatterns = [
     path("workloads/", views.workload_list, name="workload-list"),
+    path("workloads/pods/", views.pod_list, name="pod-list"),
+    path("workloads/pods/namespaces/", views.namespace_map, name="namespace-map"),
+    path("workloads/pods/namespaces/<int:mapping_id>/delete/", views.namespace_unmap,
+         name="namespace-unmap"),
     path("workloads/new/", views.workload_create, name="workload-create"),
     path("workloads/<slug:workload_slug>/edit/", views.workload_edit, name="workload-edit"),
     path("workloads/<slug:workload_slug>/gpus/", views.workload_gpus, name="workload-gpus"),

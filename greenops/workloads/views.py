@@ -6,6 +6,7 @@ team reads workloads; admins and owners register and change them and manage API 
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -14,11 +15,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from greenops.teams import audit
-from greenops.teams.models import ApiToken, AuditEvent, Team
+from greenops.teams.models import ApiToken, AuditEvent, Membership, Team
 from greenops.teams.permissions import team_permission
-from greenops.telemetry.models import Gpu
+from greenops.telemetry.models import Gpu, Host
+from greenops.windows import period, range_from_request, ranges
 from greenops.workloads.forms import WorkloadForm
-from greenops.workloads.models import Workload
+from greenops.workloads.models import NamespaceTeam, Workload
+from greenops.workloads.pods import NO_POD, UNMAPPED, pods_page
 from greenops.workloads.seen import seen_gpus
 
 
@@ -86,6 +89,61 @@ def workload_gpu_add(request: HttpRequest, team: Team, workload_slug: str) -> Ht
                      name=workload.name, gpu_added=gpu.uuid or f"{gpu.host.name}/{gpu.index}",
                      host=gpu.host.name, gpu_index=gpu.index, reason="seen running it")
     return redirect("workload-gpus", slug=team.slug, workload_slug=workload.slug)
+
+
+POD_RANGES = ranges("day", "week", "month", "quarter")
+# A Kubernetes namespace name: an RFC 1123 label.
+NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@team_permission("team.view")
+def pod_list(request: HttpRequest, team: Team) -> HttpResponse:
+    """Kubernetes pods as workloads: each pod's share of the GPU-hours it held, in J, $ and
+    CO2e (greenops.workloads.pods), and the namespace -> team map for the team's nodes."""
+    key = range_from_request(request, POD_RANGES, default="day")
+    # Mapping is for the team whose nodes run the pods: a team without hosts has none to map.
+    can_map = "workloads.manage" in request.team_actions and \
+        Host.objects.filter(team=team, removed_at__isnull=True).exists()
+    return render(request, "workloads/pods.html", {
+        "team": team, "page": pods_page(team, period(key)), "ranges": POD_RANGES.values(),
+        "range_key": key, "can_map": can_map, "unmapped": UNMAPPED, "no_pod": NO_POD,
+        "mappings": team.namespace_mappings.select_related("team") if can_map else [],
+        "my_teams": Team.objects.filter(memberships__user=request.user).order_by("name")
+        if can_map else [],
+    })
+
+
+def _bad(field: str, message: str) -> HttpResponse:
+    return HttpResponseBadRequest(f"{field}: {message}", content_type="text/plain")
+
+
+@require_POST
+@team_permission("workloads.manage")
+def namespace_map(request: HttpRequest, team: Team) -> HttpResponse:
+    """Map a namespace of the team's nodes to a team the admin is a member of: that team then
+    sees the namespace's pods (and nothing else of the nodes)."""
+    namespace = request.POST.get("namespace", "").strip()
+    if not NAMESPACE_RE.match(namespace):
+        return _bad("namespace", "a Kubernetes namespace: at most 63 lower-case letters, "
+                    "digits and '-', starting and ending with a letter or digit")
+    target = Team.objects.filter(slug=request.POST.get("team", "")[:100]).first()
+    if target is None or not Membership.objects.filter(team=target, user=request.user).exists():
+        return _bad("team", "a team you are a member of")
+    NamespaceTeam.objects.update_or_create(owner=team, namespace=namespace,
+                                           defaults={"team": target})
+    audit.record(team, request.user, AuditEvent.Action.WORKLOAD_CHANGED,
+                 f"namespace {namespace}", namespace=namespace, mapped_to=target.slug)
+    return redirect("pod-list", slug=team.slug)
+
+
+@require_POST
+@team_permission("workloads.manage")
+def namespace_unmap(request: HttpRequest, team: Team, mapping_id: int) -> HttpResponse:
+    mapping = get_object_or_404(NamespaceTeam, owner=team, id=mapping_id)
+    mapping.delete()
+    audit.record(team, request.user, AuditEvent.Action.WORKLOAD_CHANGED,
+                 f"namespace {mapping.namespace}", namespace=mapping.namespace, mapped_to=None)
+    return redirect("pod-list", slug=team.slug)
 
 
 @team_permission("tokens.manage")

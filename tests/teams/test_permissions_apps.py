@@ -48,6 +48,11 @@ PAGES = [
     ("workload-gpus", "get", "/teams/{slug}/workloads/{workload}/gpus/", "viewer", 200, None),
     ("workload-gpu-add", "post", "/teams/{slug}/workloads/{workload}/gpus/add/", "admin", 302,
      lambda: {"gpu": _first_gpu_id()}),
+    ("pods", "get", "/teams/{slug}/workloads/pods/", "viewer", 200, None),
+    ("namespace-map", "post", "/teams/{slug}/workloads/pods/namespaces/", "admin", 302,
+     {"namespace": "ml-serve", "team": "vision"}),
+    ("namespace-unmap", "post", "/teams/{slug}/workloads/pods/namespaces/{mapping}/delete/",
+     "admin", 302, None),
     ("api-tokens", "get", "/teams/{slug}/api-tokens/", "admin", 200, None),
     ("api-token-create", "post", "/teams/{slug}/api-tokens/", "admin", 200, {"name": "ci"}),
     ("api-token-revoke", "post", "/teams/{slug}/api-tokens/{token}/revoke/", "admin", 302, {}),
@@ -91,6 +96,7 @@ PAGES = [
 API = [
     ("api-usage", "get", "/api/v1/teams/{slug}/usage", "viewer", 200, None),
     ("api-workloads", "get", "/api/v1/teams/{slug}/workloads", "viewer", 200, None),
+    ("api-pods", "get", "/api/v1/teams/{slug}/pods", "viewer", 200, None),
     ("api-workload-new", "post", "/api/v1/teams/{slug}/workloads", "admin", 201,
      {"name": "Image Ranker", "kind": "inference"}),
     ("api-kpis", "get", "/api/v1/teams/{slug}/kpis", "viewer", 200, None),
@@ -128,8 +134,12 @@ def things(team, host):
     pair = VariantPair.objects.create(team=team, label="fp16 vs int8", a_workload=workload,
                                       b_workload=workload, a_start=now,
                                       a_end=now + dt.timedelta(hours=1))
+    from greenops.workloads.models import NamespaceTeam
+
+    mapping = NamespaceTeam.objects.create(owner=team, namespace="ml-train", team=team)
     return {"host": host[0].id, "workload": workload.slug, "job": job.id, "token": token.id,
-            "run": run.id, "override": override.id, "site": site.id, "pair": pair.id}
+            "run": run.id, "override": override.id, "site": site.id, "pair": pair.id,
+            "mapping": mapping.id}
 
 
 def _path(template: str, team, things) -> str:
