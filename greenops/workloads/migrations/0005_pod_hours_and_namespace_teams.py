@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('teams', '0009_api_token_scope_expiry'),
         ('telemetry', '0015_gpu_pod_hours'),
-        ('workloads', '0003_match_rules'),
+        ('workloads', '0004_served_model_and_p99_target'),
     ]
 
     operations = [
