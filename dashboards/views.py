@@ -17,7 +17,8 @@ from greenops.teams import audit
 from greenops.teams.models import AuditEvent, Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry import fleet, host_samples
-from greenops.telemetry.models import Host
+from greenops.telemetry.devices import device_energy
+from greenops.telemetry.models import Gpu, Host
 from greenops.telemetry.power import power_intervals
 from greenops.telemetry.queries import RANGES
 
@@ -63,6 +64,9 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
                 days, "co2e_kg", "Carbon per day by workload", "kg CO2e", ",.3g"),
         },
         "hosts": current[:HOME_HOSTS],
+        # What the team's devices are called ("GPUs", "accelerators", "devices" for a mix).
+        "device_kinds": list(Gpu.objects.filter(host__team=team).values_list("kind", flat=True)
+                             .distinct()),
         "n_hosts": len(current),
         "ranges": RANGES,
         "range_key": key,
@@ -82,9 +86,14 @@ def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
     fleet_series = fleet.fleet_series(list(host.gpus.select_related("host")), key)
     procs = host_samples.processes_by_gpu(host)
     gpus = list(host.gpus.all())
+    # Each device's energy over the range's whole finished hours, and how it was measured.
+    energy_window = windows.period(key)
+    energy = device_energy(gpus, energy_window)
     for g in gpus:
         g.current_processes = procs.get(g.id, [])
+        g.energy = energy[g.id]
     ctx = {
+        "energy_window": energy_window,
         "team": team,
         "host": host,
         "gpus": gpus,
