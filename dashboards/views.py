@@ -50,6 +50,9 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     # them separately). At most HOME_HOSTS rows, offline ones first (what needs a look); the
     # Hosts page has all.
     current = [h for h in team_hosts if h["removed_at"] is None]
+    # What the team's devices are called ("GPUs", "accelerators", "devices" for a mix).
+    device_kinds = list(Gpu.objects.filter(host__team=team).values_list("kind", flat=True)
+                        .distinct())
     ctx = {
         "team": team,
         "head": headline.headline(team, key, now, usage, kpis),
@@ -57,16 +60,14 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
         "firing": headline.firing_alerts(team),
         "usage": fleet_series,
         "figures": {
-            **fleet_charts.fleet_figures(fleet_series),
+            **fleet_charts.fleet_figures(fleet_series, device_kinds),
             "cost_by_workload": fleet_charts.per_day_by_workload(
                 days, "cost_usd", "Cost per day by workload", "USD", ",.2f"),
             "co2e_by_workload": fleet_charts.per_day_by_workload(
                 days, "co2e_kg", "Carbon per day by workload", "kg CO2e", ",.3g"),
         },
         "hosts": current[:HOME_HOSTS],
-        # What the team's devices are called ("GPUs", "accelerators", "devices" for a mix).
-        "device_kinds": list(Gpu.objects.filter(host__team=team).values_list("kind", flat=True)
-                             .distinct()),
+        "device_kinds": device_kinds,
         "n_hosts": len(current),
         "ranges": RANGES,
         "range_key": key,
@@ -100,7 +101,8 @@ def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
         "activity": host_samples.activity(host, timezone.now() - timedelta(hours=24)),
         "processes_seen_at": min((p.seen_at for ps in procs.values() for p in ps), default=None),
         "usage": fleet_series,
-        "figures": fleet_charts.fleet_figures(fleet_series),
+        "figures": fleet_charts.fleet_figures(
+            fleet_series, [g.kind for g in gpus], {(host.name, g.index): g.noun for g in gpus}),
         "ranges": RANGES,
         "range_key": key,
         "online": host.is_online(),

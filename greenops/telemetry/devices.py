@@ -27,11 +27,11 @@ def method_words(methods: set[int]) -> str | None:
     counter = bool(methods & {EnergyMethod.COUNTER, EnergyMethod.COUNTER_GAP})
     power = EnergyMethod.POWER in methods
     if counter and power:
-        return "hardware energy counter; integrated power where the counter reset"
+        return "hardware energy counter; integrated power across its resets"
     if counter:
         return "hardware energy counter"
     if power:
-        return "integrated power (no energy counter)"
+        return "integrated power (no counter)"
     return None
 
 

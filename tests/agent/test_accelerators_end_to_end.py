@@ -110,7 +110,7 @@ def test_amd_instinct_end_to_end(client, users, team, post_batch):
     assert page.count('<div class="sub device-kind">GPU · AMD</div>') == 2
     assert "3.403 Wh" in page and "0.889 Wh" in page
     # GPU 0's counter reset once: its label says so; GPU 1's counter never did.
-    assert "hardware energy counter; integrated power where the counter reset" in page
+    assert "hardware energy counter; integrated power across its resets" in page
     assert '<div class="sub energy-method">hardware energy counter</div>' in page
 
 
@@ -137,7 +137,7 @@ def test_inferentia_end_to_end(client, users, team, post_batch, tmp_path):
     assert '<h2 id="devices-heading">Accelerators</h2>' in page
     assert '<div class="sub device-kind">AI accelerator · AWS</div>' in page
     assert "0.611 Wh" in page
-    assert '<div class="sub energy-method">integrated power (no energy counter)</div>' in page
+    assert '<div class="sub energy-method">integrated power (no counter)</div>' in page
     assert "<th>Accelerator 0</th>" in page  # the power table's column
     assert ">GPU 0<" not in page and '<h2 id="devices-heading">GPUs' not in page
 
@@ -158,5 +158,5 @@ def test_jetson_end_to_end(client, users, team, post_batch):
     assert '<strong class="device-model">NVIDIA Jetson AGX Orin 64GB</strong>' in page
     assert '<div class="sub device-kind">edge SoC · NVIDIA</div>' in page
     assert "0.019 Wh" in page
-    assert '<div class="sub energy-method">integrated power (no energy counter)</div>' in page
+    assert '<div class="sub energy-method">integrated power (no counter)</div>' in page
     assert "(shared with the CPU)" in page
