@@ -18,7 +18,7 @@ from greenops.teams.models import AuditEvent, Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry import fleet, host_samples
 from greenops.telemetry.devices import device_energy
-from greenops.telemetry.models import Gpu, Host
+from greenops.telemetry.models import DEVICE_NOUNS, DeviceKind, Gpu, Host
 from greenops.telemetry.power import power_intervals
 from greenops.telemetry.queries import RANGES
 
@@ -51,8 +51,11 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     # Hosts page has all.
     current = [h for h in team_hosts if h["removed_at"] is None]
     # What the team's devices are called ("GPUs", "accelerators", "devices" for a mix).
-    device_kinds = list(Gpu.objects.filter(host__team=team).values_list("kind", flat=True)
-                        .distinct())
+    # Each chart line says what its device is ("inf2-1 · accelerator 0"): only the non-GPUs
+    # need naming, GPUs are the charts' default.
+    devices = list(Gpu.objects.filter(host__team=team).values_list("host__name", "index", "kind"))
+    device_kinds = sorted({kind for _, _, kind in devices})
+    nouns = {(h, i): DEVICE_NOUNS[kind][0] for h, i, kind in devices if kind != DeviceKind.GPU}
     ctx = {
         "team": team,
         "head": headline.headline(team, key, now, usage, kpis),
@@ -60,7 +63,7 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
         "firing": headline.firing_alerts(team),
         "usage": fleet_series,
         "figures": {
-            **fleet_charts.fleet_figures(fleet_series, device_kinds),
+            **fleet_charts.fleet_figures(fleet_series, device_kinds, nouns),
             "cost_by_workload": fleet_charts.per_day_by_workload(
                 days, "cost_usd", "Cost per day by workload", "USD", ",.2f"),
             "co2e_by_workload": fleet_charts.per_day_by_workload(

@@ -140,6 +140,11 @@ def test_inferentia_end_to_end(client, users, team, post_batch, tmp_path):
     assert '<div class="sub energy-method">integrated power (no counter)</div>' in page
     assert "<th>Accelerator 0</th>" in page  # the power table's column
     assert ">GPU 0<" not in page and '<h2 id="devices-heading">GPUs' not in page
+    # The team home names the team's devices the same way, cards and chart lines alike.
+    home = client.get(f"/teams/{team.slug}/").content.decode()
+    assert '<h2 id="charts">Accelerators</h2>' in home
+    assert "Avg accelerator utilisation" in home and "Accelerator energy" in home
+    assert "inf2-1 · accelerator 0" in home and "GPU utilisation" not in home
 
 
 @pytest.mark.django_db
