@@ -4,9 +4,11 @@ checked like every inventory field (a bad one is a 422 naming it, nothing stored
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
+from django.apps import apps
 
 from greenops.telemetry.models import DeviceKind, Gpu, device_kind_of, devices_noun
 
@@ -98,3 +100,17 @@ def test_a_bad_kind_or_vendor_is_a_422_naming_it_and_nothing_changes(client, hos
     assert r.status_code == 422, r.content
     assert r.json()["field"] == field
     assert h.gpus.get(index=0).name == "NVIDIA A100-SXM4-40GB"  # the factory's, untouched
+
+
+@pytest.mark.django_db
+def test_the_migration_labels_rows_registered_before_kinds(host):
+    migration = importlib.import_module("greenops.telemetry.migrations.0015_device_kind_vendor")
+    h, _ = host
+    Gpu.objects.filter(host=h, index=0).update(name="AWS Trainium")  # kind left at its default
+    Gpu.objects.create(host=h, index=5, name="NVIDIA Jetson AGX Orin 64GB")
+    migration.derive_kinds(apps, None)
+    assert list(h.gpus.order_by("index").values_list("index", "kind", "vendor")) == [
+        (0, "ai-asic", "aws"),
+        (1, "gpu", "nvidia"),
+        (5, "edge-soc", "nvidia"),
+    ]
