@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         "pynvml function names (used by tests and benchmarks to run the agent "
         "with a fake NVML)",
     )
+    run.add_argument("--device-source", choices=("nvml", "amd", "neuron", "jetson"),
+                     help="what reads the devices: nvml (default), amd (amd-smi), neuron "
+                     "(neuron-monitor) or jetson (tegrastats)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
     status = sub.add_parser("status", help="show the spool: depth, oldest batch, last ack")
@@ -218,6 +221,13 @@ def run(config: object, source: GpuSource | None = None) -> int:
     try:
         if source is None and config.simulate:
             source = SimulatedSource(config.simulate, seed=config.seed)
+        elif source is None and config.device_source != "nvml":
+            from collectors.devices import DeviceUnavailable, open_device_source
+
+            try:
+                source = open_device_source(config.device_source, config.device_max_power_w)
+            except DeviceUnavailable as exc:
+                return fail(str(exc))
         elif source is None:
             source = open_gpu_source(config.nvml_lib, dcgm, config.scrape_interval)
     except NvmlUnavailable as exc:

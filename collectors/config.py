@@ -53,6 +53,8 @@ class AgentConfig:
     spool_max_batches: int = DEFAULT_MAX_BATCHES
     backoff_base: float = 1.0
     backoff_cap: float = 60.0  # a server back after an outage is found within a minute
+    device_source: str = "nvml"  # "nvml", "amd", "neuron" or "jetson" (collectors/devices.py)
+    device_max_power_w: float | None = None  # Neuron: sysfs gives power as % of this maximum
     nvml_lib: str | None = None  # dotted module to use instead of pynvml (tests, benchmarks)
     host_energy: str = "codecarbon"  # CPU/RAM energy: "codecarbon" (if installed) or "off"
     host_energy_interval: float = 15.0  # seconds between CPU/RAM readings
@@ -95,7 +97,8 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
                               "dcgm-exporter)")
         return targets
     default = _FIELDS[name].default
-    kind = type(default) if default is not None else (int if name == "simulate" else str)
+    kind = type(default) if default is not None else (
+        int if name == "simulate" else float if name == "device_max_power_w" else str)
     try:
         if kind is float:
             if isinstance(value, bool):
@@ -153,6 +156,8 @@ def load_config(
         raise ConfigError("interval and batch_seconds must be positive")
     if config.host_energy not in ("codecarbon", "off"):
         raise ConfigError("host_energy must be \"codecarbon\" or \"off\"")
+    if config.device_source not in ("nvml", "amd", "neuron", "jetson"):
+        raise ConfigError("device_source must be \"nvml\", \"amd\", \"neuron\" or \"jetson\"")
     if config.host_samples not in ("on", "off"):
         raise ConfigError("host_samples must be \"on\" or \"off\"")
     if (config.host_energy_interval <= 0 or config.scrape_interval <= 0

@@ -22,8 +22,18 @@ def build_inventory(gpus: list[GpuInfo], hostname: str | None = None) -> dict:
     return {
         "agent_version": __version__,
         "hostname": hostname or socket.gethostname(),
-        "gpus": [dataclasses.asdict(g) for g in gpus],
+        "gpus": [_device(g) for g in gpus],
     }
+
+
+def _device(g: GpuInfo) -> dict:
+    # kind and vendor only where the source knows them (amd-smi, neuron-monitor, tegrastats):
+    # NVML's inventory stays what servers before issue 33 were sent; the server derives both.
+    doc = dataclasses.asdict(g)
+    for key in ("kind", "vendor"):
+        if doc[key] is None:
+            del doc[key]
+    return doc
 
 
 def register(transport: HttpTransport, doc: dict, timeout_s: float | None = None) -> Response:

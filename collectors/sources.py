@@ -32,6 +32,11 @@ class GpuInfo:
     # nvmlDeviceGetMaxClockInfo: what the clocks of each sample are compared with.
     max_sm_clock_mhz: float | None = None
     max_mem_clock_mhz: float | None = None
+    # What the device is (issue 33): "gpu", "ai-asic" (Inferentia, Trainium) or "edge-soc"
+    # (Jetson), and who made it ("nvidia", "amd", "aws"). None: the server derives both from
+    # the model name (NVML and dcgm-exporter leave them out: their devices are NVIDIA GPUs).
+    kind: str | None = None
+    vendor: str | None = None
 
 
 class Reading(NamedTuple):

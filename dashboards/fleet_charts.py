@@ -7,6 +7,7 @@ The house style (LAYOUT, axes, palette, the point budget) lives in greenops.char
 from __future__ import annotations
 
 from greenops.chart_style import axis, colour, layout
+from greenops.telemetry.models import devices_noun
 from greenops.units import plural
 
 
@@ -14,22 +15,26 @@ def _sim(simulated: bool) -> str:
     return " (simulated)" if simulated else ""
 
 
-def _gpu_label(s: dict) -> str:
-    return f"{s['host']} · GPU {s['gpu_index']}{_sim(s['simulated'])}"
+def _gpu_label(s: dict, nouns: dict | None = None) -> str:
+    noun = (nouns or {}).get((s["host"], s["gpu_index"]), "GPU")
+    return f"{s['host']} · {noun} {s['gpu_index']}{_sim(s['simulated'])}"
 
 
-def _per_gpu_lines(fs: dict, key: str, unit: str) -> list[dict]:
-    return [{"type": "scatter", "mode": "lines", "name": _gpu_label(s), "x": fs["t"],
+def _per_gpu_lines(fs: dict, key: str, unit: str, nouns: dict | None = None) -> list[dict]:
+    return [{"type": "scatter", "mode": "lines", "name": _gpu_label(s, nouns), "x": fs["t"],
              "y": s[key], "connectgaps": False,
-             "hovertemplate": f"%{{y:,.1f}} {unit}<extra>{_gpu_label(s)}</extra>"}
+             "hovertemplate": f"%{{y:,.1f}} {unit}<extra>{_gpu_label(s, nouns)}</extra>"}
             for s in fs["series"]]
 
 
-def utilisation(fs: dict) -> dict:
-    """Per GPU for a small fleet; else the fleet's mean with the p10-p90 band across GPUs."""
+def utilisation(fs: dict, one: str = "GPU", many: str = "GPUs",
+                nouns: dict | None = None) -> dict:
+    """Per device for a small fleet; else the fleet's mean with the p10-p90 band across them.
+    ``one``/``many`` name the devices ("GPU", "accelerator", "device" for a mix); ``nouns``
+    (host, index) -> noun names each device's line."""
     if fs["grouping"] == "gpu":
-        data = _per_gpu_lines(fs, "util_pct", "%")
-        title = "GPU utilisation"
+        data = _per_gpu_lines(fs, "util_pct", "%", nouns)
+        title = f"{one[:1].upper()}{one[1:]} utilisation"
     else:
         # The band is two traces: p90 drawn invisibly, then p10 filled up to it.
         band = {"type": "scatter", "mode": "lines", "x": fs["t"], "connectgaps": False,
@@ -37,29 +42,30 @@ def utilisation(fs: dict) -> dict:
         data = [
             {**band, "name": "p90", "y": fs["util_p90_pct"], "showlegend": False,
              "hovertemplate": "p90 %{y:.1f} %<extra></extra>"},
-            {**band, "name": "p10–p90 of GPUs", "y": fs["util_p10_pct"], "fill": "tonexty",
+            {**band, "name": f"p10–p90 of {many}", "y": fs["util_p10_pct"], "fill": "tonexty",
              "fillcolor": "rgba(21,128,61,0.18)",
              "hovertemplate": "p10 %{y:.1f} %<extra></extra>"},
-            {"type": "scatter", "mode": "lines", "name": "mean of GPUs" + _sim(fs["simulated"]),
+            {"type": "scatter", "mode": "lines", "name": f"mean of {many}" + _sim(fs["simulated"]),
              "x": fs["t"], "y": fs["util_mean_pct"], "connectgaps": False,
              "line": {"color": colour(0), "width": 2},
              "hovertemplate": "mean %{y:.1f} %<extra></extra>"},
         ]
-        title = f"GPU utilisation of {plural(fs['totals']['gpus'], 'GPU')}: mean and p10–p90"
+        title = (f"{one[:1].upper()}{one[1:]} utilisation of "
+                 f"{plural(fs['totals']['gpus'], one, many)}: mean and p10–p90")
     return {"data": data, "layout": layout(
         title, yaxis=axis("%", range=[0, 100]))}
 
 
-def power(fs: dict) -> dict:
+def power(fs: dict, one: str = "GPU", many: str = "GPUs", nouns: dict | None = None) -> dict:
     if fs["grouping"] == "gpu":
-        data = _per_gpu_lines(fs, "power_w", "W")
-        title = "GPU power draw"
+        data = _per_gpu_lines(fs, "power_w", "W", nouns)
+        title = f"{one[:1].upper()}{one[1:]} power draw"
     else:
         data = [{"type": "scatter", "mode": "lines", "name": "fleet" + _sim(fs["simulated"]),
                  "x": fs["t"], "y": fs["power_w"], "connectgaps": False,
                  "line": {"color": colour(1)},
-                 "hovertemplate": "%{y:,.0f} W<extra>all GPUs</extra>"}]
-        title = "GPU power draw of the fleet (sum of its GPUs)"
+                 "hovertemplate": "%{y:,.0f} W<extra>all " + many + "</extra>"}]
+        title = f"{one[:1].upper()}{one[1:]} power draw of the fleet (sum of its {many})"
     return {"data": data, "layout": layout(title, yaxis=axis("W", rangemode="tozero"))}
 
 
@@ -88,13 +94,14 @@ def host_bars(by_host: dict[str, list[float]]) -> list[tuple[str, list[float]]]:
     return [(host, by_host[host]) for host in top] + [(f"{len(rest)} other hosts", other)]
 
 
-def energy(fs: dict) -> dict:
-    """GPU energy per display bucket, stacked by host: a bar's height is the fleet's kWh."""
+def energy(fs: dict, one: str = "GPU") -> dict:
+    """Device energy per display bucket, stacked by host: a bar's height is the fleet's kWh."""
     data = [{"type": "bar", "name": host, "x": fs["t"], "y": [round(v, 6) for v in kwh],
              "marker": {"color": colour(i)},
              "hovertemplate": "%{y:,.4g} kWh<extra>" + host + "</extra>"}
             for i, (host, kwh) in enumerate(host_bars(fs["energy_kwh_by_host"]))]
-    title = f"GPU energy per {_step_label(fs['step_s'])}{_sim(fs['simulated'])}"
+    step = _step_label(fs["step_s"])
+    title = f"{one[:1].upper()}{one[1:]} energy per {step}{_sim(fs['simulated'])}"
     return {"data": data, "layout": layout(title, barmode="stack", yaxis=axis("kWh"))}
 
 
@@ -108,5 +115,9 @@ def per_day_by_workload(days: dict, key: str, title: str, unit: str, fmt: str) -
                                            yaxis=axis(unit))}
 
 
-def fleet_figures(fs: dict) -> dict[str, dict]:
-    return {"utilisation": utilisation(fs), "power": power(fs), "energy": energy(fs)}
+def fleet_figures(fs: dict, kinds=("gpu",), nouns: dict | None = None) -> dict[str, dict]:
+    """The three charts, naming the devices by their kinds (issue 33: "GPU" only for GPUs)."""
+    kinds = list(kinds)
+    one, many = devices_noun(kinds, plural=False), devices_noun(kinds)
+    return {"utilisation": utilisation(fs, one, many, nouns), "power": power(fs, one, many, nouns),
+            "energy": energy(fs, one)}

@@ -24,7 +24,7 @@ from greenops.kpis import queries as kpi_queries
 from greenops.kpis import rollup as kpi_rollup
 from greenops.kpis.models import KpiRollup, Period
 from greenops.teams.models import Team
-from greenops.telemetry.models import Host
+from greenops.telemetry.models import Gpu, Host, devices_noun
 from greenops.telemetry.queries import RANGES as PAGE_RANGES
 from greenops.workloads.models import Workload
 
@@ -305,6 +305,10 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
     costs_url = reverse("costs-recommendations", args=[slug])
     prices_url = reverse("price-overrides", args=[slug])
 
+    # The team's devices by their kind (issue 33): "GPU" only where every device is one.
+    kinds = set(Gpu.objects.filter(host__team=team).values_list("kind", flat=True).distinct())
+    one, many = devices_noun(kinds, plural=False), devices_noun(kinds)
+    one_cap = one[:1].upper() + one[1:]
     cost = Card("cost_usd", "Cost", costs_now["priced_cost_usd"], "", 2, costs_url,
                 prefix="$")
     if missing.count:
@@ -316,9 +320,9 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
     elif not missing_before.count:
         cost.change_pct = metrics.change_pct(costs_now["total_cost_usd"],
                                              costs_before["total_cost_usd"])
-    idle = Card("idle_cost_usd", "Idle GPU cost", costs_now["idle_cost_usd"], "", 2,
+    idle = Card("idle_cost_usd", f"Idle {one} cost", costs_now["idle_cost_usd"], "", 2,
                 costs_url, prefix="$",
-                note=f"GPU-hours under {costs_now['idle_threshold_pct']:g} % utilisation")
+                note=f"{one}-hours under {costs_now['idle_threshold_pct']:g} % utilisation")
     if not missing.count and not missing_before.count:
         idle.change_pct = metrics.change_pct(costs_now["idle_cost_usd"],
                                              costs_before["idle_cost_usd"])
@@ -329,7 +333,7 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
     epi = Card("energy_per_inference_j", "Energy per inference",
                cur.get("energy_per_inference_j"), "J", 1, kpis_url,
                change.get("energy_per_inference_j"),
-               "IT energy of the serving GPUs ÷ their inferences")
+               f"IT energy of the serving {many} ÷ their inferences")
     per_1k = Card("cost_per_1k_inferences_usd", "Cost per 1k inferences",
                   cur.get("cost_per_1k_inferences_usd"), "", 4, kpis_url, prefix="$")
     if ov["comparable"]:
@@ -339,14 +343,14 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
         epi.note = per_1k.note = "no inferences reported"
     elif per_1k.value is None:
         per_1k.note = ("unknown: " + missing.sentence() if missing.count
-                       else "unknown: no price for the serving GPUs")
+                       else f"unknown: no price for the serving {many}")
         per_1k.fix_href, per_1k.fix_label = prices_url, "set prices"
     cards = [
         cost,
-        Card("gpu_energy_kwh", "GPU energy", cur.get("gpu_energy_kwh"), "kWh", 2, kpis_url,
+        Card("gpu_energy_kwh", f"{one_cap} energy", cur.get("gpu_energy_kwh"), "kWh", 2, kpis_url,
              change.get("gpu_energy_kwh"), "part of IT energy"),
         Card("energy_kwh", "IT energy", cur.get("energy_kwh"), "kWh", 2, kpis_url,
-             change.get("energy_kwh"), "GPU + CPU + RAM"),
+             change.get("energy_kwh"), f"{many} + CPU + RAM"),
         Card("facility_energy_kwh", "Facility energy", cur.get("facility_energy_kwh"), "kWh",
              2, kpis_url, change.get("facility_energy_kwh"), "IT energy × PUE"),
         Card("co2e_kg", "Carbon", cur.get("co2e_kg"), "kg CO2e", 2,
@@ -356,7 +360,7 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
              change.get("requests")),
         epi,
         per_1k,
-        Card("gpu_util_pct", "GPU utilisation", cur.get("gpu_util_pct"), "%", 1, "#charts",
+        Card("gpu_util_pct", f"{one_cap} utilisation", cur.get("gpu_util_pct"), "%", 1, "#charts",
              change.get("gpu_util_pct")),
         idle,
     ]

@@ -17,7 +17,8 @@ from greenops.teams import audit
 from greenops.teams.models import AuditEvent, Team
 from greenops.teams.permissions import team_permission
 from greenops.telemetry import fleet, host_samples
-from greenops.telemetry.models import Host
+from greenops.telemetry.devices import device_energy
+from greenops.telemetry.models import DEVICE_NOUNS, DeviceKind, Gpu, Host
 from greenops.telemetry.power import power_intervals
 from greenops.telemetry.queries import RANGES
 
@@ -49,6 +50,12 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     # them separately). At most HOME_HOSTS rows, offline ones first (what needs a look); the
     # Hosts page has all.
     current = [h for h in team_hosts if h["removed_at"] is None]
+    # What the team's devices are called ("GPUs", "accelerators", "devices" for a mix).
+    # Each chart line says what its device is ("inf2-1 · accelerator 0"): only the non-GPUs
+    # need naming, GPUs are the charts' default.
+    devices = list(Gpu.objects.filter(host__team=team).values_list("host__name", "index", "kind"))
+    device_kinds = sorted({kind for _, _, kind in devices})
+    nouns = {(h, i): DEVICE_NOUNS[kind][0] for h, i, kind in devices if kind != DeviceKind.GPU}
     ctx = {
         "team": team,
         "head": headline.headline(team, key, now, usage, kpis),
@@ -56,13 +63,14 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
         "firing": headline.firing_alerts(team),
         "usage": fleet_series,
         "figures": {
-            **fleet_charts.fleet_figures(fleet_series),
+            **fleet_charts.fleet_figures(fleet_series, device_kinds, nouns),
             "cost_by_workload": fleet_charts.per_day_by_workload(
                 days, "cost_usd", "Cost per day by workload", "USD", ",.2f"),
             "co2e_by_workload": fleet_charts.per_day_by_workload(
                 days, "co2e_kg", "Carbon per day by workload", "kg CO2e", ",.3g"),
         },
         "hosts": current[:HOME_HOSTS],
+        "device_kinds": device_kinds,
         "n_hosts": len(current),
         "ranges": RANGES,
         "range_key": key,
@@ -82,16 +90,22 @@ def host_detail(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
     fleet_series = fleet.fleet_series(list(host.gpus.select_related("host")), key)
     procs = host_samples.processes_by_gpu(host)
     gpus = list(host.gpus.all())
+    # Each device's energy over the range's whole finished hours, and how it was measured.
+    energy_window = windows.period(key)
+    energy = device_energy(gpus, energy_window)
     for g in gpus:
         g.current_processes = procs.get(g.id, [])
+        g.energy = energy[g.id]
     ctx = {
+        "energy_window": energy_window,
         "team": team,
         "host": host,
         "gpus": gpus,
         "activity": host_samples.activity(host, timezone.now() - timedelta(hours=24)),
         "processes_seen_at": min((p.seen_at for ps in procs.values() for p in ps), default=None),
         "usage": fleet_series,
-        "figures": fleet_charts.fleet_figures(fleet_series),
+        "figures": fleet_charts.fleet_figures(
+            fleet_series, [g.kind for g in gpus], {(host.name, g.index): g.noun for g in gpus}),
         "ranges": RANGES,
         "range_key": key,
         "online": host.is_online(),

@@ -19,7 +19,7 @@ from greenops.request_body import json_body, text
 from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.telemetry import host_samples, ingest, wire
 from greenops.telemetry.host_auth import host_token, host_token_for_samples
-from greenops.telemetry.models import Host
+from greenops.telemetry.models import DeviceKind, Host
 from greenops.telemetry.queries import RANGES, team_usage
 
 # windows.parse_range checks it (a 422 naming range); the schema lists the same keys.
@@ -96,7 +96,11 @@ GPU_SCHEMA = {
                              "description": "distinct within the inventory"},
                    "uuid": text(96), "name": text(96),
                    "power_limit_w": _LIMIT, "memory_total_mib": _LIMIT,
-                   "max_sm_clock_mhz": _LIMIT, "max_mem_clock_mhz": _LIMIT},
+                   "max_sm_clock_mhz": _LIMIT, "max_mem_clock_mhz": _LIMIT,
+                   "kind": {"type": ["string", "null"], "enum": [*DeviceKind.values, None],
+                            "description": "null: derived from the model name"},
+                   "vendor": {**text(32, nullable=True),
+                              "description": "e.g. nvidia, amd, aws; null: derived"}},
 }
 INVENTORY_SCHEMA = {
     "type": "object",
@@ -132,6 +136,8 @@ class GpuOut(Schema):
     index: int
     uuid: str
     name: str
+    kind: str
+    vendor: str
     power_limit_w: float | None
     memory_total_mib: float | None
 

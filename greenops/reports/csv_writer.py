@@ -1,6 +1,6 @@
 """The report as one long CSV table, written from a report's stored figures.
 
-Columns (version 1; a changed meaning or order bumps COLUMNS_VERSION, which every row carries):
+Columns (version 2; a changed meaning or order bumps COLUMNS_VERSION, which every row carries):
 
   columns_version, methodology_version, team, month, time_zone,
   row_type         total | host | workload | job | not_attributed (the total less the host
@@ -8,14 +8,16 @@ Columns (version 1; a changed meaning or order bumps COLUMNS_VERSION, which ever
                    "not attributed")
   workload, host, provider, region, instance_type, purchase_option,
   scope            Scope 2 (own site) | Scope 3 (cat. 1, cloud) for host rows
-  gpu_kwh, cpu_ram_kwh, it_kwh (GPU + CPU + RAM), facility_kwh (IT x PUE),
+  accelerator_kwh (GPUs, AI accelerators, edge modules: every device the agents report),
+  cpu_ram_kwh, it_kwh (accelerators + CPU + RAM), facility_kwh (IT x PUE),
   co2e_location_kg, co2e_market_kg (empty: no supplier-specific factor),
-  cost_usd (empty: unknown, see note), inferences, gpu_hours, idle_gpu_hours, idle_cost_usd,
+  cost_usd (empty: unknown, see note), inferences, accelerator_hours,
+  idle_accelerator_hours, idle_cost_usd,
   measurement_method, simulated (true | false), note
 
 Reading back: the `host` rows plus the host "not attributed" row add up to the `total` row
 (energy, carbon, cost), and so do the `workload` rows plus the workload "not attributed" row
-(negative where workloads share GPUs, which count under each); `job` rows are attributions.
+(negative where workloads share devices, which count under each); `job` rows are attributions.
 `read_totals` does exactly that and is what the tests use.
 """
 
@@ -26,23 +28,25 @@ import io
 
 from defusedcsv import csv as defusedcsv
 
-COLUMNS_VERSION = "1"
+COLUMNS_VERSION = "2"  # 2: device columns named accelerator_* (issue 33)
 COLUMNS = (
     "columns_version", "methodology_version", "team", "month", "time_zone", "row_type",
     "workload", "host", "provider", "region", "instance_type", "purchase_option", "scope",
-    "gpu_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg", "co2e_market_kg",
-    "cost_usd", "inferences", "gpu_hours", "idle_gpu_hours", "idle_cost_usd",
+    "accelerator_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg",
+    "co2e_market_kg", "cost_usd", "inferences", "accelerator_hours", "idle_accelerator_hours",
+    "idle_cost_usd",
     "measurement_method", "simulated", "note",
 )
 # Host-row columns that add up to the total row.
-ADDITIVE = ("gpu_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg",
-            "co2e_market_kg", "cost_usd", "gpu_hours", "idle_gpu_hours", "idle_cost_usd")
+ADDITIVE = ("accelerator_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg",
+            "co2e_market_kg", "cost_usd", "accelerator_hours", "idle_accelerator_hours",
+            "idle_cost_usd")
 
 
 # Columns the host rows + the "not attributed" host row add up to the total in; the same for
 # the workload rows.
-HOST_SUMMED = ("gpu_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg",
-               "cost_usd", "gpu_hours")
+HOST_SUMMED = ("accelerator_kwh", "cpu_ram_kwh", "it_kwh", "facility_kwh", "co2e_location_kg",
+               "cost_usd", "accelerator_hours")
 WORKLOAD_SUMMED = ("it_kwh", "facility_kwh", "co2e_location_kg", "cost_usd")
 
 
@@ -64,12 +68,12 @@ def rows(fig: dict) -> list[dict]:
     base = {"columns_version": COLUMNS_VERSION, "methodology_version": fig["methodology_version"],
             "team": fig["team"]["slug"], "month": fig["month"], "time_zone": fig["time_zone"]}
     t = fig["totals"]
-    out = [{**base, "row_type": "total", "gpu_kwh": t["gpu_energy_kwh"],
+    out = [{**base, "row_type": "total", "accelerator_kwh": t["gpu_energy_kwh"],
             "cpu_ram_kwh": t["cpu_ram_energy_kwh"], "it_kwh": t["energy_kwh"],
             "facility_kwh": t["facility_energy_kwh"], "co2e_location_kg": t["co2e_kg"],
             "co2e_market_kg": t["co2e_market_kg"], "cost_usd": t["cost_usd"],
-            "inferences": t["requests"], "gpu_hours": t["gpu_hours"],
-            "idle_gpu_hours": t["idle_gpu_hours"], "idle_cost_usd": t["idle_cost_usd"],
+            "inferences": t["requests"], "accelerator_hours": t["gpu_hours"],
+            "idle_accelerator_hours": t["idle_gpu_hours"], "idle_cost_usd": t["idle_cost_usd"],
             "simulated": t["simulated"],
             "note": "; ".join(_unknown_notes(t.get("unknown") or {})
                               + ([f"known part of cost_usd (a lower bound): "
@@ -80,11 +84,12 @@ def rows(fig: dict) -> list[dict]:
         out.append({**base, "row_type": "host", "host": h["host"], "provider": h["provider"],
                     "region": h["region"], "instance_type": h["instance_type"],
                     "purchase_option": h["purchase_option"], "scope": h["scope"],
-                    "gpu_kwh": h["gpu_energy_kwh"], "cpu_ram_kwh": h["cpu_ram_energy_kwh"],
+                    "accelerator_kwh": h["gpu_energy_kwh"], "cpu_ram_kwh": h["cpu_ram_energy_kwh"],
                     "it_kwh": h["energy_kwh"], "facility_kwh": h["facility_energy_kwh"],
                     "co2e_location_kg": h["co2e_kg"], "co2e_market_kg": h["co2e_market_kg"],
-                    "cost_usd": h["cost_usd"], "gpu_hours": h["gpu_hours"],
-                    "idle_gpu_hours": h["idle_gpu_hours"], "idle_cost_usd": h["idle_cost_usd"],
+                    "cost_usd": h["cost_usd"], "accelerator_hours": h["gpu_hours"],
+                    "idle_accelerator_hours": h["idle_gpu_hours"],
+                    "idle_cost_usd": h["idle_cost_usd"],
                     "measurement_method": h["measurement"],
                     "simulated": "simulated" in h["measurement"],
                     "note": h["price_problem"]})
@@ -92,32 +97,32 @@ def rows(fig: dict) -> list[dict]:
     if rest is not None:
         h = rest["hosts"]
         out.append({**base, "row_type": "not_attributed", "host": NOT_ATTRIBUTED,
-                    "gpu_kwh": h["gpu_energy_kwh"], "cpu_ram_kwh": h["cpu_ram_energy_kwh"],
+                    "accelerator_kwh": h["gpu_energy_kwh"], "cpu_ram_kwh": h["cpu_ram_energy_kwh"],
                     "it_kwh": h["energy_kwh"], "facility_kwh": h["facility_energy_kwh"],
                     "co2e_location_kg": h["co2e_kg"], "cost_usd": h["cost_usd"],
-                    "gpu_hours": h["gpu_hours"],
+                    "accelerator_hours": h["gpu_hours"],
                     "note": "the total less the host rows (hosts no longer in the team, "
                             "rollups not yet rewritten): host rows + this row = total"})
     for w in fig["workloads"]:
         out.append({**base, "row_type": "workload", "workload": w["workload"],
                     "it_kwh": w["energy_kwh"], "facility_kwh": w["facility_energy_kwh"],
                     "co2e_location_kg": w["co2e_kg"], "cost_usd": w["cost_usd"],
-                    "inferences": w["requests"], "gpu_hours": w["gpu_hours"],
+                    "inferences": w["requests"], "accelerator_hours": w["gpu_hours"],
                     "simulated": w["simulated"],
-                    "note": "; ".join(["attribution: GPUs shared by workloads count under each",
+                    "note": "; ".join(["attribution: devices shared by workloads count under each",
                                        *_unknown_notes(w.get("unknown") or {})])})
     if rest is not None:
         w = rest["workloads"]
         out.append({**base, "row_type": "not_attributed", "workload": NOT_ATTRIBUTED,
                     "it_kwh": w["energy_kwh"], "facility_kwh": w["facility_energy_kwh"],
                     "co2e_location_kg": w["co2e_kg"], "cost_usd": w["cost_usd"],
-                    "note": "the total less the workload rows (GPUs in no workload; negative "
-                            "where workloads share GPUs): workload rows + this row = total"})
+                    "note": "the total less the workload rows (devices in no workload; negative "
+                            "where workloads share devices): workload rows + this row = total"})
     for j in fig["jobs"]:
         out.append({**base, "row_type": "job", "workload": j["workload"],
                     "it_kwh": j["energy_kwh"], "facility_kwh": j["facility_energy_kwh"],
                     "co2e_location_kg": j["co2e_kg"], "cost_usd": j["cost_usd"],
-                    "gpu_hours": j["gpu_hours"], "note": f"training job {j['name']}"})
+                    "accelerator_hours": j["gpu_hours"], "note": f"training job {j['name']}"})
     return out
 
 

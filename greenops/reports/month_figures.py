@@ -189,9 +189,9 @@ def _host_rows(team: Team, hosts: list[Host], start: dt.datetime, end: dt.dateti
 
 
 def _measurement(t: metrics.Totals) -> str:
-    gpu = "GPU: NVML energy counter/power (measured)"
+    gpu = "accelerators: hardware energy counter, else integrated power (measured)"
     if t.simulated:
-        gpu = "GPU: simulated"
+        gpu = "accelerators: simulated"
     cpu = f"CPU/RAM: codecarbon ({t.cpu_ram_method})" if t.cpu_ram_method else \
         "CPU/RAM: not measured"
     return f"{gpu}; {cpu}"
@@ -431,7 +431,8 @@ def _methodology(totals: dict, hosts: list[dict]) -> dict:
     problems = sorted({h["price_problem"] for h in hosts if h["price_problem"]})
     return {
         "version": METHODOLOGY_VERSION,
-        "energy": "IT energy = GPU (NVML energy counter, else integrated power) + CPU and RAM "
+        "energy": "IT energy = accelerators (GPUs, AI accelerators, edge modules: their "
+                  "hardware energy counter, else integrated power) + CPU and RAM "
                   "(codecarbon, the host's share); facility energy = IT energy x PUE per host.",
         "carbon_location": "facility kWh x grid intensity of the host's site or region, per "
                            "host and hour (KPI rollups).",

@@ -37,15 +37,15 @@ class Table:
 
 # (label, totals key, digits, unit, big unit divisor and name for the PDF-style second unit)
 SUMMARY = (
-    ("IT energy (GPU + CPU + RAM)", "energy_kwh", 3, "kWh", (1000, "MWh")),
+    ("IT energy (accelerators + CPU + RAM)", "energy_kwh", 3, "kWh", (1000, "MWh")),
     ("Facility energy (IT × PUE)", "facility_energy_kwh", 3, "kWh", (1000, "MWh")),
     ("Carbon, location-based", "co2e_kg", 3, "kg CO2e", (1000, "t CO2e")),
     ("Carbon, market-based", "co2e_market_kg", 3, "kg CO2e", (1000, "t CO2e")),
     ("Cost", "cost_usd", 2, "USD", None),
     ("Inferences", "requests", 0, "", None),
-    ("GPU-hours", "gpu_hours", 1, "h", None),
-    ("GPU utilisation", "gpu_util_pct", 1, "%", None),
-    ("Idle GPU-hours", "idle_gpu_hours", 1, "h", None),
+    ("Accelerator-hours", "gpu_hours", 1, "h", None),
+    ("Accelerator utilisation", "gpu_util_pct", 1, "%", None),
+    ("Idle accelerator-hours", "idle_gpu_hours", 1, "h", None),
     ("Idle cost", "idle_cost_usd", 2, "USD", None),
 )
 
@@ -68,7 +68,7 @@ def _why_unknown(fig: dict, key: str) -> str:
         problems = fig["methodology"]["price_problems"]
         return "; ".join(problems) if problems else "no price"
     if key == "gpu_util_pct":
-        return "no GPU samples"
+        return "no accelerator samples"
     return ""
 
 
@@ -111,8 +111,8 @@ def workloads(fig: dict) -> Table:
             for w in fig["workloads"]]
     return Table("workloads", "Workloads",
                  ["Workload", "Kind", "Inferences", "Energy / inference", "CO2e / inference",
-                  "Cost / 1k inferences", "p50", "p99", "Throughput", "GPU util."], rows,
-                 empty="No workload had inferences or GPU energy this month.",
+                  "Cost / 1k inferences", "p50", "p99", "Throughput", "Accel. util."], rows,
+                 empty="No workload had inferences or accelerator energy this month.",
                  notes=[f"Throughput of {w['name']}: over the time its inference windows "
                         f"measured ({w['coverage']})" for w in fig["workloads"]
                         if w.get("coverage") and w["requests"]]
@@ -166,7 +166,7 @@ def hosts(fig: dict, limit: int | None = None) -> Table:
                      "longer in the team, rollups not yet rewritten) = Total.")
     return Table("hosts", "Top hosts by cost" if limit else "Hosts",
                  ["Host", "Instance", "Purchase", "Scope", "IT energy", "Facility energy",
-                  "CO2e (location)", "Cost", "Idle GPU-h", "Idle cost"], rows,
+                  "CO2e (location)", "Cost", "Idle accel.-h", "Idle cost"], rows,
                  empty="No host ran or was paid for this month.", notes=notes)
 
 

@@ -25,7 +25,7 @@ from greenops.request_body import decode_body, parse_body, parse_json
 
 # tasks imports this module too: each uses the other only inside functions, never at import.
 from greenops.telemetry import late, store, tasks, wire
-from greenops.telemetry.models import Gpu, Host, IngestBatch
+from greenops.telemetry.models import DeviceKind, Gpu, Host, IngestBatch, device_kind_of
 from greenops.tokens import hash_token
 
 log = logging.getLogger(__name__)
@@ -616,6 +616,19 @@ def _text_ok(value, max_len: int) -> bool:
     return isinstance(value, str) and len(value) <= max_len and "\x00" not in value
 
 
+def _device_kind(g: dict, i: int) -> tuple[str, str]:
+    """The kind and vendor the agent sent (issue 33: amd-smi, neuron-monitor, tegrastats send
+    both), each checked; what it left out (NVML, dcgm-exporter, older agents) is derived from
+    the model name."""
+    kind, vendor = g.get("kind"), g.get("vendor")
+    if kind is not None and kind not in DeviceKind.values:
+        raise invalid(f"gpus[{i}].kind", f"must be one of {', '.join(DeviceKind.values)} or null")
+    if vendor is not None and not _text_ok(vendor, 32):
+        raise invalid(f"gpus[{i}].vendor", "must be a string of at most 32 characters or null")
+    derived_kind, derived_vendor = device_kind_of(g.get("name", ""))
+    return kind or derived_kind, (vendor or derived_vendor).lower()
+
+
 def register_inventory(host: Host, doc) -> list[Gpu]:
     """The agent tells which GPUs the host has; unknown indices become Gpu rows."""
     if not isinstance(doc, dict):
@@ -645,6 +658,7 @@ def register_inventory(host: Host, doc) -> list[Gpu]:
             v = g.get(key)
             if v is not None and (type(v) not in (int, float) or not 0 <= v < 1e7):
                 raise invalid(f"gpus[{i}].{key}", "must be a non-negative number or null")
+        g["kind"], g["vendor"] = _device_kind(g, i)
         clean.append(g)
     for key in ("agent_version", "hostname"):
         # Checked against the column, so an overlong value is a 422 here, not a database error.
@@ -658,7 +672,8 @@ def register_inventory(host: Host, doc) -> list[Gpu]:
                       "power_limit_w": g.get("power_limit_w"),
                       "memory_total_mib": g.get("memory_total_mib"),
                       "max_sm_clock_mhz": g.get("max_sm_clock_mhz"),
-                      "max_mem_clock_mhz": g.get("max_mem_clock_mhz")}
+                      "max_mem_clock_mhz": g.get("max_mem_clock_mhz"),
+                      "kind": g["kind"], "vendor": g["vendor"]}
             gpu = known.get(g["index"])
             if gpu is None:
                 Gpu.objects.create(host=host, index=g["index"], **values)

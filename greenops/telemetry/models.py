@@ -85,8 +85,11 @@ class Host(models.Model):
         return age if age is not None and age >= RECONNECTING_MIN_S else None
 
     @staticmethod
-    def seen_online(last_seen: dt.datetime | None, now: dt.datetime | None = None,
-                    window_s: int = ONLINE_WINDOW_S) -> bool:
+    def seen_online(
+        last_seen: dt.datetime | None,
+        now: dt.datetime | None = None,
+        window_s: int = ONLINE_WINDOW_S,
+    ) -> bool:
         """The one online rule, for a host or a host list's last_seen values: seen within the
         last window_s seconds (120 s ago is online, 121 s ago offline)."""
         if last_seen is None:
@@ -94,7 +97,58 @@ class Host(models.Model):
         return ((now or timezone.now()) - last_seen).total_seconds() <= window_s
 
 
+class DeviceKind(models.TextChoices):
+    """What an accelerator is (issue 33). Pages name a device by its kind's noun."""
+
+    GPU = "gpu", "GPU"
+    AI_ASIC = "ai-asic", "AI accelerator"  # AWS Inferentia, Trainium; Intel Gaudi
+    EDGE_SOC = "edge-soc", "edge SoC"  # NVIDIA Jetson: GPU, CPU and RAM on one module
+
+
+# Singular and plural nouns a page uses for a device of each kind.
+DEVICE_NOUNS = {
+    DeviceKind.GPU: ("GPU", "GPUs"),
+    DeviceKind.AI_ASIC: ("accelerator", "accelerators"),
+    DeviceKind.EDGE_SOC: ("edge module", "edge modules"),
+}
+VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "aws": "AWS", "intel": "Intel"}
+
+
+def device_kind_of(name: str) -> tuple[str, str]:
+    """(kind, vendor) of a device from its model name alone: for rows registered before the
+    agent sent both, and for agents (NVML, dcgm-exporter) that leave them out. A name that
+    says nothing is a GPU of an unknown vendor (""): NVML's names before "NVIDIA ..." was
+    prefixed (Tesla V100, Quadro ...) are matched by their product lines."""
+    n = name.lower()
+    if "inferentia" in n or "trainium" in n or "aws neuron" in n:
+        return DeviceKind.AI_ASIC, "aws"
+    if "gaudi" in n:
+        return DeviceKind.AI_ASIC, "intel"
+    if "jetson" in n or "orin" in n or "xavier" in n or "tegra" in n:
+        return DeviceKind.EDGE_SOC, "nvidia"
+    if "amd" in n or "instinct" in n or "radeon" in n or n.startswith("mi") and n[2:3].isdigit():
+        return DeviceKind.GPU, "amd"
+    if any(w in n for w in ("nvidia", "tesla", "quadro", "geforce", "rtx", "titan")):
+        return DeviceKind.GPU, "nvidia"
+    return DeviceKind.GPU, ""
+
+
+def devices_noun(kinds, plural: bool = True) -> str:
+    """The noun for a set of devices: "GPUs" when all are GPUs, "accelerators" when all are
+    AI ASICs..., "devices" for a mix (and for none: a host not yet reporting)."""
+    kinds = set(kinds)
+    nouns = (
+        DEVICE_NOUNS.get(kinds.pop(), ("device", "devices"))
+        if len(kinds) == 1
+        else ("device", "devices")
+    )
+    return nouns[1] if plural else nouns[0]
+
+
 class Gpu(models.Model):
+    """One accelerator of a host: an NVIDIA or AMD GPU, an AWS Neuron device, a Jetson module
+    (``kind``). The name stays Gpu: it is the table every rollup and workload points at."""
+
     host = models.ForeignKey(Host, models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=96, blank=True)
@@ -104,6 +158,8 @@ class Gpu(models.Model):
     # NVML's nvmlDeviceGetMaxClockInfo; null where the agent could not read it.
     max_sm_clock_mhz = models.FloatField(null=True, blank=True)
     max_mem_clock_mhz = models.FloatField(null=True, blank=True)
+    kind = models.CharField(max_length=16, choices=DeviceKind.choices, default=DeviceKind.GPU)
+    vendor = models.CharField(max_length=32, blank=True, help_text="nvidia, amd, aws, intel")
 
     class Meta:
         ordering = ["host_id", "index"]
@@ -111,6 +167,20 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host.name}/gpu{self.index}"
+
+    @property
+    def noun(self) -> str:
+        """ "GPU", "accelerator" or "edge module": what a page calls this device."""
+        return DEVICE_NOUNS.get(self.kind, DEVICE_NOUNS[DeviceKind.GPU])[0]
+
+    @property
+    def label(self) -> str:
+        """The device as a page names it: "GPU 0", "accelerator 1"."""
+        return f"{self.noun} {self.index}"
+
+    @property
+    def vendor_name(self) -> str:
+        return VENDOR_NAMES.get(self.vendor, self.vendor)
 
 
 class IngestBatch(models.Model):
@@ -144,9 +214,10 @@ class IngestBatch(models.Model):
 
 
 class EnergyMethod(models.IntegerChoices):
-    COUNTER = 1, "NVML energy counter"
+    # The device's own energy counter: NVML's (mJ), dcgm-exporter's, amd-smi's accumulator.
+    COUNTER = 1, "hardware energy counter"
     POWER = 2, "integrated power"
-    COUNTER_GAP = 3, "NVML energy counter across an agent restart"
+    COUNTER_GAP = 3, "hardware energy counter across an agent restart"
 
 
 class GpuSample(models.Model):
@@ -453,6 +524,7 @@ class RetentionMark(models.Model):
 
 # --- Fleet rollups (greenops.telemetry.fleetroll): the team charts' closed display buckets ------
 
+
 class FleetBucket(models.Model):
     """One closed display bucket of a team's fleet chart (greenops.telemetry.fleet): the figures
     the chart draws, computed from the per-GPU rollups by the same statement the live path runs,
@@ -489,8 +561,9 @@ class FleetBucket(models.Model):
     host_energy_j = models.BinaryField(default=b"")
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["team", "step_s", "bucket"],
-                                               name="fleet_bucket_once")]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "step_s", "bucket"], name="fleet_bucket_once")
+        ]
 
 
 class FleetFill(models.Model):
@@ -506,5 +579,4 @@ class FleetFill(models.Model):
     duration_s = models.FloatField(default=0)  # the last run's time for this team and step
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["team", "step_s"],
-                                               name="fleet_fill_once")]
+        constraints = [models.UniqueConstraint(fields=["team", "step_s"], name="fleet_fill_once")]

@@ -16,7 +16,9 @@ import numpy as np
 
 from greenops.errors import FieldError, invalid
 
-SOURCES = ("nvml", "simulated", "dcgm")  # dcgm: read from dcgm-exporter (measured)
+# dcgm: read from dcgm-exporter; amd-smi, neuron-monitor, tegrastats: the other accelerators
+# (issue 33). All measured; only "simulated" marks samples simulated.
+SOURCES = ("nvml", "simulated", "dcgm", "amd-smi", "neuron-monitor", "tegrastats")
 # "counter_gap": a counter delta across an agent restart (collectors/energy.py, rule 5).
 ENERGY_METHODS = {None: 0, "counter": 1, "power": 2, "counter_gap": 3}
 

@@ -82,7 +82,7 @@ def test_running_month_rows_plus_not_attributed_equal_the_total(team):
     assert round(back["hosts_with_rest"]["cost_usd"], 2) == round(back["total"]["cost_usd"], 2)
     assert round(back["hosts_with_rest"]["it_kwh"] * 1000) == round(back["total"]["it_kwh"] * 1000)
     # Without the explicit row the hosts fall short by the deleted host's energy.
-    assert back["hosts_sum"]["gpu_kwh"] == pytest.approx(43.0)
+    assert back["hosts_sum"]["accelerator_kwh"] == pytest.approx(43.0)
 
     reader = PdfReader(io.BytesIO(bytes(report.pdf_data)))
     pdf = " ".join(" ".join(p.extract_text() for p in reader.pages).split())

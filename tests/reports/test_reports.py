@@ -123,8 +123,8 @@ def test_csv_pdf_page_and_api_agree(client, users, team, october):
     assert back["total"]["co2e_location_kg"] == pytest.approx(0.36)
     assert back["total"]["cost_usd"] == pytest.approx(12.0)
     assert back["total"]["inferences"] == 3000
-    for col in ("gpu_kwh", "it_kwh", "facility_kwh", "co2e_location_kg", "cost_usd",
-                "gpu_hours", "idle_gpu_hours", "idle_cost_usd"):
+    for col in ("accelerator_kwh", "it_kwh", "facility_kwh", "co2e_location_kg", "cost_usd",
+                "accelerator_hours", "idle_accelerator_hours", "idle_cost_usd"):
         assert back["hosts_sum"][col] == pytest.approx(back["total"][col]), col
     # PDF, page and API show the same strings for the same figures.
     pdf = _pdf_text(bytes(report.pdf_data))
