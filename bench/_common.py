@@ -76,6 +76,10 @@ class Services:
     def pids(self, name: str) -> list[int]:
         return [pid for n, proc in self.procs if n == name for pid in group_pids(proc.pid)]
 
+    def main_pid(self, name: str) -> int:
+        """The pid of the process started as `name` (gunicorn's or Celery's master)."""
+        return next(proc.pid for n, proc in self.procs if n == name)
+
     def check_alive(self) -> None:
         for name, proc in self.procs:
             if proc.poll() is not None:
@@ -127,6 +131,27 @@ def wait_for(predicate, timeout_s: float, what: str, services: Services | None =
             return
         time.sleep(every_s)
     raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def wait_idle(groups: dict[str, Callable[[], list[int]]], services: Services | None = None,
+              below_s: float = 0.02, every_s: float = 0.5, timeout_s: float = 60) -> bool:
+    """Wait until the processes of `groups` use less than `below_s` CPU seconds in `every_s`
+    (a process importing code or finishing a task would otherwise count in what comes next).
+    False if they were still busy after `timeout_s`."""
+    def total() -> float:
+        return sum(cpu_s(pids()) for pids in groups.values())
+
+    deadline = time.monotonic() + timeout_s
+    before = total()
+    while time.monotonic() < deadline:
+        time.sleep(every_s)
+        if services is not None:
+            services.check_alive()
+        now = total()
+        if now - before < below_s:
+            return True
+        before = now
+    return False
 
 
 def cpu_s(pids) -> float:

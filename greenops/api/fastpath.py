@@ -14,9 +14,10 @@ operation with no parameters to parse). Every other request goes through the who
 
 from __future__ import annotations
 
+import orjson
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 
 from greenops.api.error_answers import on_database_down, on_field_error, on_too_big
 from greenops.errors import FieldError
@@ -38,9 +39,12 @@ class SamplesFastPath:
 def answer_samples(request: HttpRequest) -> HttpResponse:
     """POST /api/v1/samples: 202 with what ingest.accept_samples says, or the API's error
     (the handlers of greenops.api.error_answers, as every other operation's)."""
+    # META, not request.headers: the latter builds a dict of every header on first use, for two
+    # lookups.
+    meta = request.META
     try:
-        auth = ingest.samples_auth(request.headers.get("Authorization"))
-        answer = ingest.accept_samples(auth, request.body, request.headers.get("Content-Encoding"))
+        auth = ingest.samples_auth(meta.get("HTTP_AUTHORIZATION"))
+        answer = ingest.accept_samples(auth, request.body, meta.get("HTTP_CONTENT_ENCODING"))
     except FieldError as exc:
         response = on_field_error(request, exc)
     except RequestDataTooBig as exc:
@@ -48,9 +52,11 @@ def answer_samples(request: HttpRequest) -> HttpResponse:
     except (OperationalError, InterfaceError) as exc:  # PostgreSQL down: 503, Retry-After
         response = on_database_down(request, exc)
     else:
-        # A plain JsonResponse: the answer is built from validated values, so running it
-        # through the Accepted schema again only cost CPU on the busiest endpoint.
-        response = JsonResponse(answer, status=202)
+        # Serialised directly: the answer is built from validated values (strings and ints), so
+        # running it through the Accepted schema, or JsonResponse's encoder, only cost CPU on
+        # the busiest endpoint.
+        response = HttpResponse(orjson.dumps(answer), status=202,
+                                content_type="application/json")
     # What CommonMiddleware would add: a client can then keep its connection.
     response.headers["Content-Length"] = str(len(response.content))
     return response

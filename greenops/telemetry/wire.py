@@ -259,6 +259,30 @@ def parse_batch(
                  method, throttle, throttle_null)
 
 
+def parse_validated(doc: dict) -> Batch:
+    """A batch parse_batch accepted before (the worker reading back a body the API stored):
+    the same Batch, built without checking it again. The API refuses a batch unless every check
+    passes and keeps the body unchanged, so a stored body is valid by construction; checking it
+    a second time was a third of the worker's Python CPU per 80-sample batch."""
+    samples = doc["samples"]
+    n = len(samples["ts"])
+    ts_us = np.round(np.array(samples["ts"], dtype=np.float64) * 1_000_000).astype(np.int64)
+    names = [name for name in _FLOAT_BOUNDS if name in samples]
+    matrix = np.array([samples[name] for name in names], dtype=np.float64)  # null -> NaN
+    given = dict(zip(names, matrix, strict=True))
+    floats = {name: given[name] if name in given else np.full(n, np.nan)
+              for name in _FLOAT_BOUNDS}
+    energy_mj, mj_null = numeric_column("energy_mj", samples["energy_mj"], nullable=True,
+                                         integer=True)
+    throttle, throttle_null = _throttle_column(samples.get(THROTTLE_FIELD), n)
+    method = np.array(list(map(ENERGY_METHODS.__getitem__, samples["energy_method"])),
+                      dtype=np.int16)
+    return Batch(uuid.UUID(doc["batch_id"]), doc.get("agent_version", ""), doc["source"], n,
+                 ts_us, np.array(samples["gpu_index"], dtype=np.int64), floats, energy_mj,
+                 np.zeros(n, dtype=bool) if mj_null is None else mj_null, method, throttle,
+                 throttle_null)
+
+
 _FLOAT_BOUNDS = {**FLOAT_FIELDS, **OPTIONAL_FLOAT_FIELDS}
 _NUMBER_OR_NULL = frozenset({int, float, type(None)})
 
