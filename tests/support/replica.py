@@ -28,6 +28,8 @@ from tests.support.faults_stack import Service, pg_bin, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 
+_SLOT_PREFIX = "greenops_test_replica_"
+
 # Settings a hot standby must hold at least at the primary's values, or it refuses to start.
 _AT_LEAST_PRIMARY = (
     "max_connections",
@@ -60,6 +62,11 @@ class Replica:
         self.data = self.dir / "data"
         self.port = free_port()
         self.as_postgres = os.geteuid() == 0
+        # A replication slot keeps the primary's WAL until the replica has it: without one, a
+        # busy cluster recycled the segments between the base backup and the replica's start
+        # ("requested WAL segment ... has already been removed"). Named after this process so
+        # that a run that died leaves a slot the next run can recognise and drop.
+        self.slot = f"{_SLOT_PREFIX}{os.getpid()}_{self.port}"
 
     def _run(self, *args: str, timeout: float = 120) -> None:
         cmd = [str(self.bin / args[0]), *args[1:]]
@@ -93,6 +100,7 @@ class Replica:
                     [list(_AT_LEAST_PRIMARY)],
                 ).fetchall()
             )
+        self._drop_stale_slots()
         self._run(
             "pg_basebackup",
             "-h",
@@ -109,6 +117,9 @@ class Replica:
             "-c",
             "fast",
             "--no-sync",
+            "-C",
+            "-S",
+            self.slot,
         )
         # Debian keeps a cluster's configuration in /etc/postgresql, outside the copy; a
         # cluster that kept it inside copied settings (port, paths) meant for the primary.
@@ -186,17 +197,35 @@ class Replica:
                 0
             ]
 
-    def catch_up(self, timeout: float = 30) -> None:
-        """Wait until the replica has replayed everything the primary has written so far."""
-        with psycopg.connect(
+    def catch_up(self, timeout: float = 60) -> None:
+        """Wait until the replica has replayed everything the primary has written so far.
+
+        A physical replica replays the whole cluster's WAL, other databases' too: where other
+        work loads the same cluster (benchmarks beside the suite) faster than a loaded machine
+        replays it, the wait fails, saying how much WAL the cluster wrote meanwhile."""
+        with self._primary() as primary:
+            lsn = str(primary.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
+        try:
+            wait_for(f"the replica to replay up to {lsn}", lambda: self.replayed(lsn), timeout)
+        except AssertionError as exc:
+            with self._primary() as primary:
+                written = primary.execute(
+                    "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)", [lsn]
+                ).fetchone()[0]
+            raise AssertionError(
+                f"{exc}; meanwhile the cluster at {self.primary_host}:{self.primary_port} wrote "
+                f"{float(written) / 2**20:.0f} MiB more WAL (all of it replayed here: is other "
+                "work loading that cluster?)"
+            ) from None
+
+    def _primary(self) -> psycopg.Connection:
+        return psycopg.connect(
             host=self.primary_host,
             port=self.primary_port,
             user=self.primary_user,
             dbname="postgres",
             autocommit=True,
-        ) as primary:
-            lsn = str(primary.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
-        wait_for(f"the replica to replay up to {lsn}", lambda: self.replayed(lsn), timeout)
+        )
 
     def close(self) -> None:
         if self.running():
@@ -204,7 +233,38 @@ class Replica:
                 self.stop()
             except Exception:  # remove it whatever state it is in
                 pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+        try:  # the slot would keep the primary's WAL for ever
+            with self._primary() as primary:
+                wait_for(
+                    "the replica's slot to be released",
+                    lambda: (
+                        not primary.execute(
+                            "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots "
+                            "WHERE slot_name = %s",
+                            [self.slot],
+                        ).fetchone()[0]
+                    ),
+                    30,
+                )
+                primary.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE slot_name = %s",
+                    [self.slot],
+                )
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _drop_stale_slots(self) -> None:
+        """Slots of earlier runs whose process is gone (killed before its teardown)."""
+        with self._primary() as primary:
+            rows = primary.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE %s AND NOT active",
+                [_SLOT_PREFIX + "%"],
+            ).fetchall()
+            for (name,) in rows:
+                pid = int(name[len(_SLOT_PREFIX) :].split("_")[0])
+                if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+                    primary.execute("SELECT pg_drop_replication_slot(%s)", [name])
 
 
 _WEB = """

@@ -4,7 +4,7 @@ The module makes a replica of the suite's cluster with pg_basebackup (tests/supp
 starts a gunicorn with DATABASE_REPLICA_URL pointing at the test database on it and a real
 Celery worker with the same settings, and proves each routing rule with rows: what the page
 shows against what each cluster holds, with the replica's replay paused to make it stale on
-demand. The "as of" threshold is 2 s here (GREENOPS_REPLICA_LAG_LABEL_S) instead of 60 s, so no
+demand. The "as of" threshold is 5 s here (GREENOPS_REPLICA_LAG_LABEL_S) instead of 60 s, so no
 test waits a minute; test_replica_router.py checks the 60 s default by arithmetic.
 """
 
@@ -30,7 +30,7 @@ from tests.support.polling import wait_for
 pytestmark = [pytest.mark.xdist_group("replica"), pytest.mark.worker]
 
 LABEL = re.compile(r"Figures as of (\d\d):(\d\d):(\d\d) UTC \(replica (\d+) s behind\)")
-LABEL_AFTER_S = 2
+LABEL_AFTER_S = 5
 
 
 @dataclass
@@ -102,7 +102,7 @@ def site(stack, transactional_db, team, users):
             settings.SESSION_COOKIE_NAME, client.cookies[settings.SESSION_COOKIE_NAME].value
         )
         sessions[name] = browser
-    stack.replica.catch_up()
+    stack.replica.catch_up(timeout=60)
     yield {"team": team, "host": host, "token": token, **sessions}
     stack.replica.resume_replay()  # whatever the test left: the flush must reach the replica
 
@@ -113,19 +113,31 @@ def hosts_page(stack: Stack, browser: requests.Session, team) -> str:
     return resp.text
 
 
-def test_a_page_reads_the_replica_and_says_as_of_when_it_lags(stack, site):
+def test_a_page_reads_the_replica_and_says_as_of_when_it_lags(stack, site, users):
+    from greenops.teams.models import Membership, Role, Team
     from greenops.telemetry.models import Host
 
     team, member = site["team"], site["member"]
     # gpu-a was written on the primary only; the replica replayed it and the page shows it.
-    page = hosts_page(stack, member, team)
-    assert "gpu-a" in page and not LABEL.search(page)
+    # (No "as of" is asserted away here: on a busy shared cluster the replica may really be a
+    # few seconds behind; the label's coming and going is asserted below.)
+    assert "gpu-a" in hosts_page(stack, member, team)
     assert stack.replica_rows("SELECT name FROM telemetry_host") == [("gpu-a",)]
 
     stack.replica.pause_replay()
     written_at = dt.datetime.now(dt.UTC)
     make_host(team, name="gpu-b")
     assert Host.objects.filter(name="gpu-b").exists()  # on the primary
+    speech = Team.objects.create(name="Speech")
+    Membership.objects.create(team=speech, user=users["member"], role=Role.VIEWER)
+
+    # An API read is served from the replica too: the member's one team there, two here.
+    def api_teams() -> list[str]:
+        resp = member.get(f"{stack.url}/api/v1/teams", timeout=10)
+        assert resp.status_code == 200, resp.text
+        return [t["name"] for t in resp.json()]
+
+    assert api_teams() == ["Vision"]
 
     # The page is served from the replica: the old figure (one host), and once the replica is
     # more than LABEL_AFTER_S behind, the label.
@@ -134,7 +146,7 @@ def test_a_page_reads_the_replica_and_says_as_of_when_it_lags(stack, site):
         assert "gpu-a" in text and "gpu-b" not in text
         return text if LABEL.search(text) else None
 
-    page = wait_for(labelled, timeout=30, step=0.3)
+    page = wait_for(labelled, timeout=60, step=0.3)
     h, m, sec, behind = (int(x) for x in LABEL.search(page).groups())
     seen_at = dt.datetime.now(dt.UTC)
     as_of = seen_at.replace(hour=h, minute=m, second=sec, microsecond=0)
@@ -144,7 +156,7 @@ def test_a_page_reads_the_replica_and_says_as_of_when_it_lags(stack, site):
     # rounds down), and "behind" is the time since then, past the threshold.
     assert as_of <= written_at.replace(microsecond=0)
     assert behind >= LABEL_AFTER_S  # rounded to the second
-    assert abs((seen_at - as_of).total_seconds() - behind) <= 2
+    assert abs((seen_at - as_of).total_seconds() - behind) <= 3  # whole seconds, the request
 
     stack.replica.resume_replay()
 
@@ -152,7 +164,8 @@ def test_a_page_reads_the_replica_and_says_as_of_when_it_lags(stack, site):
         text = hosts_page(stack, member, team)
         return "gpu-b" in text and not LABEL.search(text)
 
-    wait_for(caught_up, timeout=30, step=0.3)
+    wait_for(caught_up, timeout=60, step=0.3)
+    assert api_teams() == ["Speech", "Vision"]
 
 
 def test_after_a_post_the_writer_reads_the_primary_and_others_the_replica(stack, site):
@@ -200,7 +213,7 @@ def test_after_a_post_the_writer_reads_the_primary_and_others_the_replica(stack,
         page = hosts_page(stack, owner, team)
         return "p5.48xlarge" in page and "read_primary" not in owner.cookies
 
-    wait_for(owner_unpinned, timeout=30, step=0.3)
+    wait_for(owner_unpinned, timeout=60, step=0.3)
     assert "p5.48xlarge" in hosts_page(stack, member, team)
 
 
