@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,10 +73,20 @@ class Replica:
         cmd = [str(self.bin / args[0]), *args[1:]]
         if self.as_postgres:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        out = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
-        if out.returncode:
+        # A session of its own: on a timeout the whole group goes (runuser cannot pass a KILL
+        # on, and a pg_basebackup left running would hold its slot on the primary).
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise AssertionError(f"{args[0]} took over {timeout:g} s" + self._log_tail()) from None
+        if proc.returncode:
             raise AssertionError(
-                f"{args[0]} failed ({out.returncode}): {out.stderr.strip()}" + self._log_tail()
+                f"{args[0]} failed ({proc.returncode}): {err.strip()}" + self._log_tail()
             )
 
     def _log_tail(self) -> str:
@@ -120,6 +131,9 @@ class Replica:
             "-C",
             "-S",
             self.slot,
+            # The whole cluster is copied: seconds for the suite's own, minutes where other
+            # work keeps gigabytes beside it.
+            timeout=900,
         )
         # Debian keeps a cluster's configuration in /etc/postgresql, outside the copy; a
         # cluster that kept it inside copied settings (port, paths) meant for the primary.
@@ -235,6 +249,11 @@ class Replica:
                 pass
         try:  # the slot would keep the primary's WAL for ever
             with self._primary() as primary:
+                primary.execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                    "WHERE slot_name = %s AND active_pid IS NOT NULL",
+                    [self.slot],
+                )
                 wait_for(
                     "the replica's slot to be released",
                     lambda: (
