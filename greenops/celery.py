@@ -6,6 +6,8 @@ from celery import Celery
 from celery.signals import task_postrun, task_prerun
 from django.db import connections
 
+from greenops import db_router
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "greenops.settings")
 
 app = Celery("greenops")
@@ -30,3 +32,15 @@ def drop_broken_db_connections(task=None, **_kwargs) -> None:
     for conn in connections.all(initialized_only=True):
         if not conn.in_atomic_block:
             conn.close_if_unusable_or_obsolete()
+
+
+@task_prerun.connect
+def reads_on_primary(task_id=None, **_kwargs) -> None:
+    """A task reads the primary (greenops/db_router.py), even run eagerly inside a page request
+    that reads the replica; report generation opts in for its figures itself."""
+    db_router.task_started(task_id)
+
+
+@task_postrun.connect
+def reads_as_before(task_id=None, **_kwargs) -> None:
+    db_router.task_finished(task_id)

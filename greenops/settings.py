@@ -184,6 +184,33 @@ DATABASES = {
         os.environ.get("DATABASE_URL", f"sqlite:///{DATA_DIR / 'greenops.sqlite3'}")
     )
 }
+# A PostgreSQL streaming replica for page reads, API reads and report generation
+# (greenops/db_router.py); writes, ingest, tasks and a user's reads right after their own writes
+# stay on the primary. Unset: one database, nothing routed.
+DATABASE_REPLICA_URL = os.environ.get("DATABASE_REPLICA_URL", "")
+# Seconds a measure of the replica's lag is reused per process; after the replica failed to
+# answer, seconds before it is tried again (its reads go to the primary meanwhile).
+REPLICA_PROBE_S = envfloat("GREENOPS_REPLICA_PROBE_S", 5.0)
+REPLICA_RETRY_S = envfloat("GREENOPS_REPLICA_RETRY_S", 30.0)
+# Pages say "as of HH:MM:SS (replica N s behind)" beyond this lag; reports read the primary then.
+REPLICA_LAG_LABEL_S = envfloat("GREENOPS_REPLICA_LAG_LABEL_S", 60.0)
+# After a write, the writer reads the primary until the replica has replayed it, at most this.
+REPLICA_PIN_MAX_S = envint("GREENOPS_REPLICA_PIN_MAX_S", 600)
+if DATABASE_REPLICA_URL:
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("DATABASE_REPLICA_URL needs a PostgreSQL DATABASE_URL")
+    DATABASES["replica"] = database_from_url(DATABASE_REPLICA_URL)
+    if DATABASES["replica"]["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("DATABASE_REPLICA_URL: a PostgreSQL streaming replica")
+    # A replica that does not answer costs a page this long once, then REPLICA_RETRY_S of
+    # primary reads; the replica holds the primary's test database too (a physical copy).
+    DATABASES["replica"]["OPTIONS"] = {
+        "connect_timeout": envint("GREENOPS_REPLICA_CONNECT_TIMEOUT_S", 2)}
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+    DATABASE_ROUTERS = ["greenops.db_router.ReplicaRouter"]
+    # Before sessions: a session read is routed, a session save pins the user to the primary.
+    MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware"),
+                      "greenops.db_router.ReplicaReads")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
