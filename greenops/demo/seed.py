@@ -14,15 +14,24 @@ import datetime as dt
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import override_settings
 
 from collectors.batch import SampleBuffer, build_batch
 from collectors.energy import EnergyAccountant
+from collectors.simulated import unit
+from greenops.alerts import channels as alert_channels
+from greenops.alerts import evaluate as alert_evaluate
+from greenops.alerts import notify as alert_notify
+from greenops.alerts import rules as alert_rules
+from greenops.alerts.models import Rule
+from greenops.benchmarks import runs as benchmark_runs
+from greenops.benchmarks.models import BenchmarkRun
 from greenops.carbon.models import HostSite, Site
 from greenops.costs.models import HostCostConfig, InstanceType, Price, PriceMethod, PriceOption
 from greenops.demo.story import (
@@ -38,6 +47,8 @@ from greenops.demo.story import (
     training_runs,
 )
 from greenops.kpis import inference, rollup
+from greenops.reports import generate as reports_generate
+from greenops.reports.month_figures import Month
 from greenops.teams.models import ApiToken, Membership, Role, Team
 from greenops.telemetry import partitions, store, wire
 from greenops.telemetry.ingest import known_gpus, register_inventory
@@ -76,6 +87,7 @@ class Seeded:
     backfilled: bool
     history_end: float | None = None  # the first minute the seeded history does not hold
     chat_until: float | None = None  # where the seeded chat windows end
+    histories: list[HostHistory] = field(default_factory=list)  # the live hosts', to join_live
 
 
 class Progress:
@@ -213,6 +225,7 @@ def _host(team: Team, spec: DemoHost, created: dt.datetime) -> tuple[Host, str]:
             name=spec.name,
             hostname=spec.name,
             provider="aws" if spec.instance_type else "on_prem",
+            purchase_option="on_demand" if spec.instance_type else "on_prem",
             region=spec.region,
             country="USA",
             instance_type=spec.instance_type,
@@ -368,6 +381,8 @@ def _inference(team: Team, source: StorySource, start: float, end: float) -> Non
 
 
 INFERENCE_STEP_S = 300.0
+# Days of history of the inference fleet: its per-inference figures compare over a day or two.
+FLEET_DAYS = 3.0
 
 
 def _kpis(
@@ -409,7 +424,7 @@ def seed(
     days: float,
     now: float | None = None,
     progress: Progress | None = None,
-    fleet_days: float = 3.0,
+    fleet_days: float = FLEET_DAYS,
     catch_up: bool = True,
 ) -> Seeded:
     """Seed the demo: `days` of history for the story's hosts, `fleet_days` for the inference
@@ -453,7 +468,7 @@ def seed(
     fresh = not GpuSample.objects.filter(
         gpu__in=Gpu.objects.filter(host__in=[hosts[h.name] for h in HOSTS])
     ).exists()
-    history_end = None
+    history_end, histories = None, []
     if fresh:
         histories = _history(teams, hosts, start, end, idle_since, progress)
         if fleet_days > 0:
@@ -468,10 +483,11 @@ def seed(
                 "Mixed-accelerator fleet: KPI rollups",
             )
         history_end = end
+        seed_journeys(teams, end, progress)
         if catch_up:
             history_end = _catch_up(teams, histories, end, progress)
     chat_until = start + (end - start) // INFERENCE_STEP_S * INFERENCE_STEP_S if fresh else None
-    return Seeded(teams, tokens, api_token, idle_since, fresh, history_end, chat_until)
+    return Seeded(teams, tokens, api_token, idle_since, fresh, history_end, chat_until, histories)
 
 
 def _history(
@@ -548,3 +564,170 @@ def _catch_up(
             end = target
         if floor_minute(time.time()) == target:
             return end
+
+
+def join_live(
+    histories: list[HostHistory], stop: Callable[[], bool], poll_s: float = 1.0
+) -> list[str]:
+    """Run beside the live agents: as each live host's first live sample arrives, seed its
+    history up to the minute of that sample, so the newest seeded minute and the agent's first
+    minute are adjacent however long the agent took to start. Returns the hosts joined."""
+    waiting, joined = {h.host.id: h for h in histories}, []
+    try:
+        while waiting and not stop():
+            for host_id, history in list(waiting.items()):
+                first = (
+                    GpuSample.objects.filter(gpu__host_id=host_id, ts__gte=_utc(history.t))
+                    .order_by("ts")
+                    .values_list("ts", flat=True)
+                    .first()
+                )
+                if first is None:
+                    continue
+                end = floor_minute(first.timestamp())
+                if end > history.t:
+                    backfill(history, end)
+                del waiting[host_id]
+                joined.append(history.host.name)
+            time.sleep(poll_s)
+    finally:
+        connection.close()  # this thread's connection
+    return joined
+
+
+def _utc(t: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(t, dt.UTC)
+
+
+# The alert e-mail of the demo goes to files in the data dir (Django's file backend): recorded
+# and readable there, never sent anywhere.
+DEMO_MAIL_DIR = "demo-mail"
+
+
+def seed_journeys(teams: dict[str, Team], end: float, progress: Progress) -> None:
+    """What each journey leaves behind, all simulated and named so: an alert rule that fired
+    and resolved with its e-mail notifications, a monthly budget rule, the last closed month's
+    report (CSV and PDF), and a benchmark history with one energy-per-inference regression."""
+    ml = teams["ml-platform"]
+    mail = {
+        "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+        "EMAIL_FILE_PATH": str(settings.DATA_DIR / DEMO_MAIL_DIR),
+    }
+    with (
+        progress.step("Alerts: a rule that fired and resolved", 1) as advance,
+        override_settings(**mail),
+    ):
+        _alerts(ml, end)
+        advance(1)
+    with progress.step("Benchmark history (CI gate)", 1) as advance:
+        _benchmarks(ml, end)
+        advance(1)
+    with progress.step("Last closed month's report", 1) as advance, override_settings(**mail):
+        today = dt.datetime.fromtimestamp(end, dt.UTC).date()
+        report = reports_generate.request(ml, Month.of(today).previous(), enqueue=False)
+        reports_generate.run(report.id)
+        advance(1)
+
+
+def _alerts(team: Team, end: float) -> None:
+    if Rule.objects.filter(team=team).exists():
+        return
+    channel, _ = alert_channels.create(
+        team,
+        {
+            "name": "ML Platform on-call e-mail (demo: written to the data dir)",
+            "kind": "email",
+            "target": f"{DEMO_USER}@example.com",
+            "send_resolved": True,
+        },
+    )
+    trainer = HOSTS[0].name
+    rule = alert_rules.save(
+        team,
+        {
+            "name": "Idle H100s on the trainer (simulated data)",
+            "kind": "threshold",
+            "kpi": "idle_gpu_hours",
+            "window": "1h",
+            "host": trainer,
+            "direction": "above",
+            "fire_level": 6,
+            "clear_level": 2,
+            "include_simulated": True,
+            "for_minutes": 0,
+            "repeat_minutes": 0,
+            "channels": [channel.id],
+        },
+    )
+    alert_rules.save(
+        team,
+        {
+            "name": "ML Platform monthly spend (simulated data)",
+            "kind": "budget",
+            "kpi": "cost_usd",
+            "fire_level": 60000,
+            "include_simulated": True,
+            "channels": [channel.id],
+        },
+    )
+    # The last two days, hour by hour, as beat evaluates it: the trainer's idle 6-hour blocks
+    # fire the rule and the next run resolves it.
+    first = floor_hour(dt.datetime.fromtimestamp(end - 2 * 86400, dt.UTC))
+    last = floor_hour(dt.datetime.fromtimestamp(end, dt.UTC))
+    hour = first
+    while hour <= last:
+        alert_evaluate.run(rule, now=hour + dt.timedelta(minutes=2))
+        rule.refresh_from_db()
+        hour += rollup.HOUR
+    alert_notify.deliver(channel)
+
+
+def _benchmarks(team: Team, end: float) -> None:
+    """Nightly runs of the chat model's benchmark on main for three weeks; one commit makes
+    each reply cost 14 % more energy (a batching change), which the history's change point
+    shows. Simulated runs: the CI gate itself never passes or fails simulated data."""
+    if BenchmarkRun.objects.filter(team=team).exists():
+        return
+    for day in range(21, 0, -1):
+        started = end - day * 86400
+        regressed = day <= 8
+        for_day = 24.0 * (1.14 if regressed else 1.0)
+        samples = []
+        for i in range(10):
+            noise = 1 + 0.03 * (unit(7, day, i, 1) - 0.5)
+            j = for_day * noise
+            samples.append(
+                {
+                    "role": "head",
+                    "index": i,
+                    "count": 2000,
+                    "wall_s": 60.0,
+                    "gpu_energy_j": j * 2000,
+                    "energy_per_inference_j": j,
+                    "throughput_per_s": 33.3,
+                    "avg_power_w": j * 2000 / 60.0,
+                    "gpu_util_pct": 78.0,
+                    "p99_ms": 2400.0 * noise,
+                    "energy_method": "counter",
+                }
+            )
+        benchmark_runs.store_run(
+            team,
+            {
+                "run_id": str(uuid.UUID(int=day + (7 << 64))),
+                "workload": CHAT_WORKLOAD,
+                "source": "simulated",
+                "commit": f"{int(unit(7, day) * 2**40):010x}",
+                "branch": "main",
+                "started_at": started,
+                "command": "greenops-agent bench -- python bench/chat_llm.py (simulated)",
+                "labels": {
+                    "data": "simulated demo run",
+                    **({"change": "larger decode batches (regressed)"} if day == 8 else {}),
+                },
+                "hardware": {"gpus": "4x L40S", "instance_type": "g6e.12xlarge"},
+                "hardware_key": "g6e.12xlarge/4xL40S",
+                "samples": samples,
+            },
+            posted_by="demo (simulated)",
+        )

@@ -4,9 +4,11 @@ it stops the simulated agents it started."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
-from tests.support.embedded import embedded_env
+from tests.support.embedded import DB_FILE, embedded_env
 
 DAYS = 2.2  # enough for the two-day cost window below
 FLEET_DAYS = 1.2  # the inference fleet: a day to compare per-inference figures
@@ -134,30 +136,29 @@ def _children(pid: int) -> set[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-def test_sigterm_stops_the_demo_and_its_agents(tmp_path, sqlite_migrated):
+def test_live_agents_continue_the_history_and_flush_their_last_batch_on_sigterm(
+    tmp_path, sqlite_migrated
+):
+    """A fresh `manage.py demo`: the live agents' first minute follows the newest seeded minute
+    (no hole in the live chart), and SIGTERM stops the agents while the server still answers,
+    so each sends its last batch: the spools are empty and every GPU has a sample from the
+    last seconds before the stop."""
     port = _free_port()
     env = embedded_env(tmp_path, sqlite_migrated)
-    seeded = subprocess.run(
-        [sys.executable, "manage.py", "demo", "--no-serve", "--days", "0.1"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "demo", "--port", str(port)],
+        [sys.executable, "manage.py", "demo", "--days", "0.05", "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    db = sqlite3.connect(tmp_path / DB_FILE, timeout=30)
+    live = "SELECT count(DISTINCT s.gpu_id) FROM telemetry_gpusample s WHERE s.ts >= ?"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         agents: set[int] = set()
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and len(agents) < 3:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
                 agents = {
@@ -165,14 +166,20 @@ def test_sigterm_stops_the_demo_and_its_agents(tmp_path, sqlite_migrated):
                     for p in _children(proc.pid)
                     if b"greenops.demo.agent" in Path(f"/proc/{p}/cmdline").read_bytes()
                 }
-                if len(agents) == 3:
-                    break
             except OSError:
                 pass
             time.sleep(0.5)
         assert len(agents) == 3, "the demo should run one live agent per demo host"
+        started = time.time()
+        # 13 live GPUs (8 + 4 + 1); wait for every one's first live batch (10 s of samples).
+        while time.monotonic() < deadline:
+            if db.execute(live, [_sqlite_ts(started)]).fetchone()[0] == 13:
+                break
+            time.sleep(1)
+        time.sleep(3)  # some samples in the agents' open batches, not yet sent
+        stopped_at = time.time()
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0, out
         assert "Demo stopped" in out
         for pid in agents:  # reaped by the demo: no process left with that id
@@ -184,3 +191,31 @@ def test_sigterm_stops_the_demo_and_its_agents(tmp_path, sqlite_migrated):
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
+    # Flushed: nothing left in any spool, and each GPU's newest sample is from the last two
+    # seconds before SIGTERM (one sample a second; the batch sealed every 10 s would leave up to
+    # 10 s unsent).
+    for spool in tmp_path.glob("demo-agent-*.db"):
+        with sqlite3.connect(spool) as s:
+            assert s.execute("SELECT count(*) FROM batches").fetchone()[0] == 0, spool.name
+            assert s.execute("SELECT count(*) FROM journal").fetchone()[0] == 0, spool.name
+    newest = db.execute(
+        "SELECT min(t) FROM (SELECT max(ts) AS t FROM telemetry_gpusample GROUP BY gpu_id)"
+    ).fetchone()[0]
+    assert newest >= _sqlite_ts(stopped_at - 2), (newest, _sqlite_ts(stopped_at))
+    # No hole: every GPU has a minute rollup for every minute from its first to its last.
+    rows = db.execute(
+        "SELECT gpu_id, count(*), min(bucket), max(bucket) FROM telemetry_gpuminute GROUP BY gpu_id"
+    ).fetchall()
+    assert len(rows) == 13
+    for gpu_id, n, first, last in rows:
+        minutes = (_parse(last) - _parse(first)) // 60 + 1
+        assert n == minutes, f"GPU {gpu_id}: {minutes - n} minute(s) missing"
+    db.close()
+
+
+def _sqlite_ts(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _parse(text: str) -> int:
+    return int(dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp())

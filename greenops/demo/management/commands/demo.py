@@ -98,8 +98,13 @@ class Stopper:
     def __init__(self, agents: list[subprocess.Popen], stop: threading.Event) -> None:
         self.agents, self.stop = agents, stop
         self.started = threading.Event()
+        self.agents_stopped = threading.Event()
 
     def __call__(self, signum: int, frame: object) -> None:
+        if self.agents_stopped.is_set():
+            # The stop thread's interrupt_main() lands here, in the main thread (it calls the
+            # SIGINT handler, this one): now runserver may return.
+            raise KeyboardInterrupt
         if self.started.is_set():
             return
         self.started.set()
@@ -108,6 +113,7 @@ class Stopper:
     def _stop_all(self) -> None:
         self.stop.set()  # the chat traffic sends its last window and ends
         stop_agents(self.agents)
+        self.agents_stopped.set()
         _thread.interrupt_main()  # runserver returns on KeyboardInterrupt
 
 
@@ -184,11 +190,14 @@ class Command(BaseCommand):
         Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
         days = days or demo_seed.history_days(time.time())
+        fleet_days = min(days, demo_seed.FLEET_DAYS)
         self.stdout.write(
-            f"Seeding the demo ({days:.0f} days of simulated history on first run; about a minute)…"
+            f"Seeding the demo ({days:g} days of simulated history on first run; about a minute)…"
         )
         self.stdout.flush()
-        seeded = demo_seed.seed(days, progress=RichProgress(Console(file=self.stdout._out)))
+        seeded = demo_seed.seed(
+            days, progress=RichProgress(Console(file=self.stdout._out)), fleet_days=fleet_days
+        )
         ready_s = time.monotonic() - self.started
         url = f"http://127.0.0.1:{port}"
         self.stdout.write(
@@ -217,6 +226,14 @@ class Command(BaseCommand):
         previous = {s: signal.signal(s, stopper) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             embedded_beat.start(stop)  # rollups, KPI and price tasks, as beat would run them
+            # The live agents take seconds to start: the history is joined up to each one's
+            # first minute as it arrives (beat's KPI lookback then recomputes those hours).
+            threading.Thread(
+                target=demo_seed.join_live,
+                args=(seeded.histories, stop.is_set),
+                name="demo-join",
+                daemon=True,
+            ).start()
             serving = next(h for h in HOSTS if h.story == "serving")
             traffic.start(
                 server,
