@@ -411,12 +411,12 @@ def _kpis(
 
 
 def history_days(now: float) -> float:
-    """What tells the story: the whole previous calendar month (its report), this month so far
-    and at least 35 days (a week of detail and a month to compare)."""
+    """What tells the story: the whole previous calendar month (its report is generated) and
+    this month so far -- 31 to 62 days -- of which the last week is what the live charts show."""
     today = dt.datetime.fromtimestamp(now, dt.UTC)
     first = today.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     previous = (first - dt.timedelta(days=1)).replace(day=1)
-    return max(35.0, (now - previous.timestamp()) / 86400 + 1)
+    return (now - previous.timestamp()) / 86400 + 1 / 24  # an hour before the month begins
 
 
 @transaction.atomic

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from greenops.demo.story import HOSTS
 from tests.support import ROOT
 from tests.support.embedded import DB_FILE, embedded_env
 
@@ -198,13 +199,20 @@ def test_live_agents_continue_the_history_and_flush_their_last_batch_on_sigterm(
         with sqlite3.connect(spool) as s:
             assert s.execute("SELECT count(*) FROM batches").fetchone()[0] == 0, spool.name
             assert s.execute("SELECT count(*) FROM journal").fetchone()[0] == 0, spool.name
+    # The live hosts' GPUs (the inference fleet has history only).
+    live_gpus = (
+        "SELECT g.id FROM telemetry_gpu g JOIN telemetry_host h ON h.id = g.host_id "
+        f"WHERE h.name IN ({', '.join(repr(h.name) for h in HOSTS)})"
+    )
     newest = db.execute(
-        "SELECT min(t) FROM (SELECT max(ts) AS t FROM telemetry_gpusample GROUP BY gpu_id)"
+        "SELECT min(t) FROM (SELECT max(ts) AS t FROM telemetry_gpusample "
+        f"WHERE gpu_id IN ({live_gpus}) GROUP BY gpu_id)"
     ).fetchone()[0]
     assert newest >= _sqlite_ts(stopped_at - 2), (newest, _sqlite_ts(stopped_at))
     # No hole: every GPU has a minute rollup for every minute from its first to its last.
     rows = db.execute(
-        "SELECT gpu_id, count(*), min(bucket), max(bucket) FROM telemetry_gpuminute GROUP BY gpu_id"
+        "SELECT gpu_id, count(*), min(bucket), max(bucket) FROM telemetry_gpuminute "
+        f"WHERE gpu_id IN ({live_gpus}) GROUP BY gpu_id"
     ).fetchall()
     assert len(rows) == 13
     for gpu_id, n, first, last in rows:

@@ -191,9 +191,7 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         days = days or demo_seed.history_days(time.time())
         fleet_days = min(days, demo_seed.FLEET_DAYS)
-        self.stdout.write(
-            f"Seeding the demo ({days:g} days of simulated history on first run; about a minute)…"
-        )
+        self.stdout.write(f"Seeding the demo ({days:.1f} days of simulated history on first run)…")
         self.stdout.flush()
         seeded = demo_seed.seed(
             days, progress=RichProgress(Console(file=self.stdout._out)), fleet_days=fleet_days
@@ -203,9 +201,13 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(
                 f"\nGreenOps demo is ready in {ready_s:.0f} s: {url}/\n"
-                f"  login: {demo_seed.DEMO_USER} / {demo_seed.DEMO_PASSWORD} (owner of both teams);"
+                f"  login: {demo_seed.DEMO_USER} / {demo_seed.DEMO_PASSWORD}"
+                " (owner of all three teams);"
                 f" {demo_seed.VIEWER_USER} / {demo_seed.DEMO_PASSWORD} (viewer of ML Platform)\n"
-                f"  teams: {url}/teams/ml-platform/  {url}/teams/research/\n"
+                f"  teams: {url}/teams/ml-platform/  {url}/teams/research/"
+                f"  {url}/teams/inference/ (mixed accelerators)\n"
+                f"  alert e-mail: written to {Path(settings.DATA_DIR) / demo_seed.DEMO_MAIL_DIR}"
+                " (never sent)\n"
                 f"  data: simulated ({len(HOSTS)} hosts with live simulated agents;"
                 f" history {'backfilled now' if seeded.backfilled else 'from an earlier run'})\n"
                 f"  database: {settings.DATABASES['default']['NAME']}\n"
