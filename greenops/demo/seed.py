@@ -651,8 +651,8 @@ def _alerts(team: Team, end: float) -> None:
             "window": "1h",
             "host": trainer,
             "direction": "above",
-            "fire_level": 6,
-            "clear_level": 2,
+            "fire_level": 3.5,
+            "clear_level": 1,
             "include_simulated": True,
             "for_minutes": 0,
             "repeat_minutes": 0,
@@ -670,9 +670,10 @@ def _alerts(team: Team, end: float) -> None:
             "channels": [channel.id],
         },
     )
-    # The last two days, hour by hour, as beat evaluates it: the trainer's idle 6-hour blocks
-    # fire the rule and the next run resolves it.
-    first = floor_hour(dt.datetime.fromtimestamp(end - 2 * 86400, dt.UTC))
+    # The last three days, hour by hour, as beat evaluates it: a 6-hour block with half the
+    # trainer's 8 H100s idle or more (55 % of the blocks) fires the rule, a busy one resolves
+    # it (12 blocks: 0.45^12, one in 14,000, that none fires).
+    first = floor_hour(dt.datetime.fromtimestamp(end - 3 * 86400, dt.UTC))
     last = floor_hour(dt.datetime.fromtimestamp(end, dt.UTC))
     hour = first
     while hour <= last:
