@@ -145,13 +145,14 @@ class RichProgress(demo_seed.Progress):
             done[0] += n
             self.bars.advance(task, n)
 
-        with self.bars:
-            yield advance
+        yield advance
         self.bars.remove_task(task)
         took = time.monotonic() - started
         rate = f"  ({done[0] / took:,.0f} {unit}/s)" if unit and took > 0 and done[0] else ""
         count = f"  {done[0]:,.0f} {unit}" if unit else ""
-        self.console.print(f"  done  {label:<36}{count:>22}  {took:6.1f} s{rate}", highlight=False)
+        self.console.print(
+            f"  done  {label:<36}{count:>22}  {took:6.1f} s{rate}", highlight=False, soft_wrap=True
+        )
 
 
 class Command(BaseCommand):
@@ -193,9 +194,9 @@ class Command(BaseCommand):
         fleet_days = min(days, demo_seed.FLEET_DAYS)
         self.stdout.write(f"Seeding the demo ({days:.1f} days of simulated history on first run)…")
         self.stdout.flush()
-        seeded = demo_seed.seed(
-            days, progress=RichProgress(Console(file=self.stdout._out)), fleet_days=fleet_days
-        )
+        progress = RichProgress(Console(file=self.stdout._out))
+        with progress.bars:  # one live display for all the steps
+            seeded = demo_seed.seed(days, progress=progress, fleet_days=fleet_days)
         ready_s = time.monotonic() - self.started
         url = f"http://127.0.0.1:{port}"
         self.stdout.write(
