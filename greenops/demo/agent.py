@@ -26,20 +26,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("host", choices=sorted(BY_NAME))
     parser.add_argument("--server", required=True)
     parser.add_argument("--spool", required=True)
-    parser.add_argument("--idle-since", type=float, required=True,
-                        help="unix time the research box was last used (the story's anchor)")
+    parser.add_argument(
+        "--idle-since",
+        type=float,
+        required=True,
+        help="unix time the research box was last used (the story's anchor)",
+    )
     args = parser.parse_args(argv)
     host = BY_NAME[args.host]
     # Built here, not from /etc/greenops/agent.toml: a demo must not pick up a real host's
     # settings. simulate=N marks every batch simulated and keeps real CPU figures out.
-    config = AgentConfig(server=args.server, token=os.environ.get("GREENOPS_TOKEN", ""),
-                         spool=args.spool, simulate=host.gpus, host_energy="off")
+    config = AgentConfig(
+        server=args.server,
+        token=os.environ.get("GREENOPS_TOKEN", ""),
+        spool=args.spool,
+        simulate=host.gpus,
+        host_energy="off",
+    )
     try:
         config.require_server()
     except ConfigError as exc:
         return cli.fail(str(exc))
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format=f"%(asctime)s demo agent {host.name}: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format=f"%(asctime)s demo agent {host.name}: %(message)s",
+    )
     return cli.run(config, source=StorySource(host, time.time, args.idle_since))
 
 

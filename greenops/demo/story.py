@@ -38,18 +38,120 @@ class DemoHost:
     model: GpuModel
     story: str  # "training", "serving" or "dev"
     seed: int
+    workload: str = ""  # the inference workload a serving host reports for
+    replies_per_gpu_s: float = 12.0  # replies per second of one accelerator at full load
+    unloaded_reply_ms: float = 1000.0  # median reply time when the accelerator is idle
+    note: str = ""  # what is estimated about this host, said on its workload
 
 
 # Instance types and boards as AWS sells them: p5.48xlarge = 8x H100 80GB SXM,
 # g6e.12xlarge = 4x L40S 48GB, g6e.xlarge = 1x L40S.
+# Host names as an ML platform team names its machines: accelerator, role, number, region,
+# the team's internal domain.
 HOSTS = (
-    DemoHost("ml-platform", "trainer-p5-01", "p5.48xlarge", "us-east-1", 8, H100_SXM,
-             "training", 1),
-    DemoHost("ml-platform", "serving-g6e-01", "g6e.12xlarge", "us-east-1", 4, L40S,
-             "serving", 2),
-    DemoHost("research", "dev-g6e-01", "g6e.xlarge", "us-east-1", 1, L40S, "dev", 3),
+    DemoHost(
+        "ml-platform",
+        "h100-train-01.use1.ml.internal",
+        "p5.48xlarge",
+        "us-east-1",
+        8,
+        H100_SXM,
+        "training",
+        1,
+    ),
+    DemoHost(
+        "ml-platform",
+        "l40s-serve-01.use1.ml.internal",
+        "g6e.12xlarge",
+        "us-east-1",
+        4,
+        L40S,
+        "serving",
+        2,
+        workload="chat-llm",
+    ),
+    DemoHost(
+        "research",
+        "l40s-dev-03.use1.research.internal",
+        "g6e.xlarge",
+        "us-east-1",
+        1,
+        L40S,
+        "dev",
+        3,
+    ),
 )
-BY_NAME = {h.name: h for h in HOSTS}
+
+# The mixed-accelerator inference fleet (issue 33): Llama 3.1 8B Instruct served on three kinds
+# of accelerator, and one edge box. Boards as their vendors publish them: H100 SXM5 80GB
+# 700 W; AMD Instinct MI300X 192 GB 750 W; NVIDIA Jetson AGX Orin 64GB, 15-60 W power modes.
+# AWS publishes no device power for an Inferentia2 chip: 75 W here is an estimate (inf2.xlarge:
+# one chip, 32 GB), labelled so on the workload.
+H100_SXM5 = GpuModel("NVIDIA H100 SXM5 80GB", 700.0, 70.0, 81559, 345.0, 1980.0)
+MI300X = GpuModel("AMD Instinct MI300X", 750.0, 140.0, 196608, 1000.0, 2100.0)
+INFERENTIA2 = GpuModel("AWS Inferentia2", 75.0, 18.0, 32768, 1000.0, 1400.0)
+JETSON_ORIN = GpuModel("NVIDIA Jetson AGX Orin 64GB", 60.0, 15.0, 65536, 306.0, 1300.0)
+FLEET_TEAM = "inference"
+FLEET_MODEL = "llama-3.1-8b-instruct"
+# Replies per second per accelerator at full load, 180 output tokens each, vLLM (Neuron on
+# Inferentia2, llama.cpp int4 on the Orin): an H100 serves ~2.5x an L40S, an MI300X about as
+# many, one Inferentia2 chip a third of an L40S, an Orin one reply every few seconds.
+FLEET_HOSTS = (
+    DemoHost(
+        FLEET_TEAM,
+        "h100-infer-02.use1.ml.internal",
+        "p5.48xlarge",
+        "us-east-1",
+        8,
+        H100_SXM5,
+        "serving",
+        11,
+        workload="llama-8b-h100",
+        replies_per_gpu_s=30.0,
+        unloaded_reply_ms=600.0,
+    ),
+    DemoHost(
+        FLEET_TEAM,
+        "mi300x-infer-01.colo-ash1.ml.internal",
+        "",
+        "us-east-1",
+        8,
+        MI300X,
+        "serving",
+        12,
+        workload="llama-8b-mi300x",
+        replies_per_gpu_s=28.0,
+        unloaded_reply_ms=650.0,
+    ),
+    DemoHost(
+        FLEET_TEAM,
+        "inf2-infer-01.use1.ml.internal",
+        "inf2.xlarge",
+        "us-east-1",
+        1,
+        INFERENTIA2,
+        "serving",
+        13,
+        workload="llama-8b-inf2",
+        replies_per_gpu_s=4.0,
+        unloaded_reply_ms=1400.0,
+        note="device power of an Inferentia2 chip is not published: 75 W is an estimate",
+    ),
+    DemoHost(
+        FLEET_TEAM,
+        "orin-edge-0147.store.edge.internal",
+        "",
+        "us-east-1",
+        1,
+        JETSON_ORIN,
+        "serving",
+        14,
+        workload="llama-8b-orin-edge",
+        replies_per_gpu_s=0.4,
+        unloaded_reply_ms=7000.0,
+    ),
+)
+BY_NAME = {h.name: h for h in HOSTS + FLEET_HOSTS}
 
 # The research box's last experiment ended this long before the demo started.
 DEV_IDLE_FOR_S = 4 * DAY_S
@@ -113,9 +215,10 @@ def _lognormal_cdf(x: float, median: float, sigma: float) -> float:
     return 0.5 * (1 + math.erf(math.log(x / median) / (sigma * math.sqrt(2))))
 
 
-def chat_median_ms(load: float) -> float:
-    """Median reply time: ~1 s for 180 tokens unloaded, doubling as batches fill."""
-    return 1000.0 * (1 + load)
+def chat_median_ms(load: float, unloaded_ms: float = 1000.0) -> float:
+    """Median reply time: ~1 s for 180 tokens unloaded (on an L40S), doubling as batches
+    fill."""
+    return unloaded_ms * (1 + load)
 
 
 def chat_windows(source: StorySource, start: float, end: float, step_s: float) -> list[dict]:
@@ -123,27 +226,42 @@ def chat_windows(source: StorySource, start: float, end: float, step_s: float) -
     10 s), with a log-normal latency histogram whose median rises with load."""
     windows, t = [], start
     while t + step_s <= end:
-        samples = [source.utilisation(i, t + s) for i in range(source.host.gpus)
-                   for s in range(0, int(step_s), 10)]
+        samples = [
+            source.utilisation(i, t + s)
+            for i in range(source.host.gpus)
+            for s in range(0, int(step_s), 10)
+        ]
         busy = sum(samples) / len(samples) / 100  # mean utilisation of the serving GPUs
-        requests = int(busy * REPLIES_PER_GPU_S * source.host.gpus * step_s)
-        median = chat_median_ms(busy)
+        requests = int(busy * source.host.replies_per_gpu_s * source.host.gpus * step_s)
+        median = chat_median_ms(busy, source.host.unloaded_reply_ms)
         cdf = [_lognormal_cdf(b, median, 0.5) for b in LATENCY_LE_MS]
         counts = [round(requests * c) for c in cdf] + [requests]  # cumulative, last = +Inf
-        windows.append({"workload": CHAT_WORKLOAD, "start": t, "end": t + step_s,
-                        "requests": requests,
-                        "success": requests, "failure": 0,
-                        "tokens": requests * TOKENS_PER_REPLY,
-                        "latency": {"unit": "ms", "le": LATENCY_LE_MS, "counts": counts,
-                                    "cumulative": True}})
+        windows.append(
+            {
+                "workload": source.host.workload or CHAT_WORKLOAD,
+                "start": t,
+                "end": t + step_s,
+                "requests": requests,
+                "success": requests,
+                "failure": 0,
+                "tokens": requests * TOKENS_PER_REPLY,
+                "latency": {
+                    "unit": "ms",
+                    "le": LATENCY_LE_MS,
+                    "counts": counts,
+                    "cumulative": True,
+                },
+            }
+        )
         t += step_s
     return windows
 
 
 def chat_latencies_ms(source: StorySource, t: float, n: int) -> list[float]:
     """n reply times for the live client, log-normal around the load's median."""
-    median = chat_median_ms(sum(source.utilisation(i, t) for i in range(source.host.gpus))
-                            / source.host.gpus / 100)
+    median = chat_median_ms(
+        sum(source.utilisation(i, t) for i in range(source.host.gpus)) / source.host.gpus / 100
+    )
     out = []
     for k in range(n):
         # Box-Muller from the deterministic unit hash: the same second draws the same replies.
@@ -161,7 +279,8 @@ def training_runs(host: DemoHost, start: float, end: float) -> list[tuple[float,
     while (block + 1) * BLOCK_S <= end:
         u = unit(host.seed, block, 11)
         if u >= 0.2:
-            runs.append((block * BLOCK_S, (block + 1) * BLOCK_S,
-                         host.gpus // 2 if u < 0.55 else host.gpus))
+            runs.append(
+                (block * BLOCK_S, (block + 1) * BLOCK_S, host.gpus // 2 if u < 0.55 else host.gpus)
+            )
         block += 1
     return runs

@@ -24,34 +24,51 @@ LATENCY_SAMPLE = 200
 
 def replies(source: StorySource, start: float, end: float) -> int:
     """Replies served in [start, end): the GPUs' mean utilisation (every 10 s) x capacity."""
-    samples = [source.utilisation(i, start + s) for i in range(source.host.gpus)
-               for s in range(0, max(int(end - start), 1), 10)]
+    samples = [
+        source.utilisation(i, start + s)
+        for i in range(source.host.gpus)
+        for s in range(0, max(int(end - start), 1), 10)
+    ]
     busy = sum(samples) / len(samples) / 100
     return int(busy * REPLIES_PER_GPU_S * source.host.gpus * (end - start))
 
 
-def run(client: GreenOpsClient, source: StorySource, stop: threading.Event,
-        since: float) -> None:
+def run(client: GreenOpsClient, source: StorySource, stop: threading.Event, since: float) -> None:
     last = since
-    while not stop.wait(PERIOD_S):
+    stopping = False
+    while not stopping:
+        # Stopping sends the window since the last one before ending, as the agents flush.
+        stopping = stop.wait(PERIOD_S)
         now = time.time()
         n = replies(source, last, now)
         sample = chat_latencies_ms(source, now, min(n, LATENCY_SAMPLE))
         # Scale the sampled latencies up to n: the client bins every latency it is given.
         latencies = [sample[k % len(sample)] for k in range(n)] if sample else []
         try:
-            client.record_inferences(CHAT_WORKLOAD, n, latencies, tokens=n * TOKENS_PER_REPLY,
-                                     success=n, failure=0, end=now, start=last)
+            client.record_inferences(
+                CHAT_WORKLOAD,
+                n,
+                latencies,
+                tokens=n * TOKENS_PER_REPLY,
+                success=n,
+                failure=0,
+                end=now,
+                start=last,
+            )
         except GreenOpsError as exc:  # the server is starting or stopping: try next minute
             log.warning("demo traffic: %s", exc)
             continue
         last = now
 
 
-def start(server: str, token: str, source: StorySource, stop: threading.Event,
-          since: float) -> threading.Thread:
-    thread = threading.Thread(target=run, args=(GreenOpsClient(server, token, retries=0),
-                                                source, stop, since),
-                              name="demo-traffic", daemon=True)
+def start(
+    server: str, token: str, source: StorySource, stop: threading.Event, since: float
+) -> threading.Thread:
+    thread = threading.Thread(
+        target=run,
+        args=(GreenOpsClient(server, token, retries=0), source, stop, since),
+        name="demo-traffic",
+        daemon=True,
+    )
     thread.start()
     return thread

@@ -4,9 +4,11 @@ it stops the simulated agents it started."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from greenops.demo.story import HOSTS
 from tests.support import ROOT
-from tests.support.embedded import embedded_env
+from tests.support.embedded import DB_FILE, embedded_env
 
 DAYS = 2.2  # enough for the two-day cost window below
+FLEET_DAYS = 1.2  # the inference fleet: a day to compare per-inference figures
 
 # The seeded tests share one seeding, so they stay on one xdist worker (--dist loadgroup).
 seeded_group = pytest.mark.xdist_group("demo-seed")
@@ -37,7 +41,7 @@ def seeded(django_db_setup, django_db_blocker):
         outer = transaction.atomic()
         outer.__enter__()
         try:
-            yield seed.seed(DAYS)
+            yield seed.seed(DAYS, fleet_days=FLEET_DAYS)
         finally:
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
@@ -62,8 +66,9 @@ def test_demo_hosts_are_real_instance_types_with_their_boards(demo):
         family = "H100" if "H100" in itype.gpu_model else "L40S"
         assert all(family in g.name and "Simulated" in g.name for g in gpus), host.name
         assert {g.power_limit_w for g in gpus} == {700.0 if family == "H100" else 350.0}
-    assert Host.objects.filter(instance_type="p5.48xlarge").count() == 1
-    assert Host.objects.filter(instance_type="g6e.12xlarge").count() == 1
+    ml = Host.objects.filter(team__slug="ml-platform")
+    assert ml.filter(instance_type="p5.48xlarge").count() == 1
+    assert ml.filter(instance_type="g6e.12xlarge").count() == 1
 
 
 @seeded_group
@@ -79,9 +84,13 @@ def test_demo_fleet_is_priced_with_idle_cost_and_recommendations(demo):
     # 48 x (55.04 + 10.49264) = $3,145.57.
     assert costs["total_cost_usd"] == pytest.approx(48 * (55.04 + 10.49264))
     assert costs["idle_cost_usd"] > 0  # the trainer's idle blocks
+
     def kinds(team) -> set[str]:
-        return {r["kind"] for r in team_recommendations(team, 30)["recommendations"]
-                if r["monthly_usd_saved"] > 0}
+        return {
+            r["kind"]
+            for r in team_recommendations(team, 30)["recommendations"]
+            if r["monthly_usd_saved"] > 0
+        }
 
     assert "spot" in kinds(ml)  # checkpointed fine-tuning on on-demand H100s
     assert "stop_idle" in kinds(research)  # the box left idle four days ago
@@ -108,7 +117,7 @@ def test_demo_seed_is_idempotent(demo):
     from greenops.telemetry.models import GpuSample
 
     before = GpuSample.objects.count()
-    again = seed.seed(DAYS)
+    again = seed.seed(DAYS, fleet_days=FLEET_DAYS)
     assert not again.backfilled and GpuSample.objects.count() == before
     assert again.idle_since == demo.idle_since  # the research box tells the same story
 
@@ -128,37 +137,93 @@ def _children(pid: int) -> set[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-def test_sigterm_stops_the_demo_and_its_agents(tmp_path, sqlite_migrated):
+def test_live_agents_continue_the_history_and_flush_their_last_batch_on_sigterm(
+    tmp_path, sqlite_migrated
+):
+    """A fresh `manage.py demo`: the live agents' first minute follows the newest seeded minute
+    (no hole in the live chart), and SIGTERM stops the agents while the server still answers,
+    so each sends its last batch: the spools are empty and every GPU has a sample from the
+    last seconds before the stop."""
     port = _free_port()
     env = embedded_env(tmp_path, sqlite_migrated)
-    seeded = subprocess.run([sys.executable, "manage.py", "demo", "--no-serve", "--days", "0.1"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
-    proc = subprocess.Popen([sys.executable, "manage.py", "demo", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--days", "0.05", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    db = sqlite3.connect(tmp_path / DB_FILE, timeout=30)
+    live = "SELECT count(DISTINCT s.gpu_id) FROM telemetry_gpusample s WHERE s.ts >= ?"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         agents: set[int] = set()
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and len(agents) < 3:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                agents = {p for p in _children(proc.pid)
-                          if b"greenops.demo.agent" in Path(f"/proc/{p}/cmdline").read_bytes()}
-                if len(agents) == 3:
-                    break
+                agents = {
+                    p
+                    for p in _children(proc.pid)
+                    if b"greenops.demo.agent" in Path(f"/proc/{p}/cmdline").read_bytes()
+                }
             except OSError:
                 pass
             time.sleep(0.5)
         assert len(agents) == 3, "the demo should run one live agent per demo host"
+        started = time.time()
+        # 13 live GPUs (8 + 4 + 1); wait for every one's first live batch (10 s of samples).
+        while time.monotonic() < deadline:
+            if db.execute(live, [_sqlite_ts(started)]).fetchone()[0] == 13:
+                break
+            time.sleep(1)
+        time.sleep(3)  # some samples in the agents' open batches, not yet sent
+        stopped_at = time.time()
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0, out
         assert "Demo stopped" in out
         for pid in agents:  # reaped by the demo: no process left with that id
-            assert not Path(f"/proc/{pid}").exists() or \
-                b"greenops.demo.agent" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert (
+                not Path(f"/proc/{pid}").exists()
+                or b"greenops.demo.agent" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+            )
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
+    # Flushed: nothing left in any spool, and each GPU's newest sample is from the last two
+    # seconds before SIGTERM (one sample a second; the batch sealed every 10 s would leave up to
+    # 10 s unsent).
+    for spool in tmp_path.glob("demo-agent-*.db"):
+        with sqlite3.connect(spool) as s:
+            assert s.execute("SELECT count(*) FROM batches").fetchone()[0] == 0, spool.name
+            assert s.execute("SELECT count(*) FROM journal").fetchone()[0] == 0, spool.name
+    # The live hosts' GPUs (the inference fleet has history only).
+    live_gpus = (
+        "SELECT g.id FROM telemetry_gpu g JOIN telemetry_host h ON h.id = g.host_id "
+        f"WHERE h.name IN ({', '.join(repr(h.name) for h in HOSTS)})"
+    )
+    newest = db.execute(
+        "SELECT min(t) FROM (SELECT max(ts) AS t FROM telemetry_gpusample "
+        f"WHERE gpu_id IN ({live_gpus}) GROUP BY gpu_id)"
+    ).fetchone()[0]
+    assert newest >= _sqlite_ts(stopped_at - 2), (newest, _sqlite_ts(stopped_at))
+    # No hole: every GPU has a minute rollup for every minute from its first to its last.
+    rows = db.execute(
+        "SELECT gpu_id, count(*), min(bucket), max(bucket) FROM telemetry_gpuminute "
+        f"WHERE gpu_id IN ({live_gpus}) GROUP BY gpu_id"
+    ).fetchall()
+    assert len(rows) == 13
+    for gpu_id, n, first, last in rows:
+        minutes = (_parse(last) - _parse(first)) // 60 + 1
+        assert n == minutes, f"GPU {gpu_id}: {minutes - n} minute(s) missing"
+    db.close()
+
+
+def _sqlite_ts(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _parse(text: str) -> int:
+    return int(dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp())

@@ -45,12 +45,15 @@ print("ok")
 """
 
 
-
-
 def test_sqlite_store_is_idempotent_and_rolls_up(tmp_path, sqlite_migrated):
-    out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT,
-                         env=embedded_env(tmp_path, sqlite_migrated),
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK],
+        cwd=ROOT,
+        env=embedded_env(tmp_path, sqlite_migrated),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().endswith("ok")
 
@@ -58,7 +61,12 @@ def test_sqlite_store_is_idempotent_and_rolls_up(tmp_path, sqlite_migrated):
 def test_demo_sets_up_on_sqlite_and_prints_the_login(tmp_path):
     out = subprocess.run(
         [sys.executable, "manage.py", "demo", "--no-serve", "--days", "0.5", "--port", "8123"],
-        cwd=ROOT, env=embedded_env(tmp_path), capture_output=True, text=True, timeout=300)
+        cwd=ROOT,
+        env=embedded_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "http://127.0.0.1:8123/" in out.stdout
     assert "login: demo / greenops-demo" in out.stdout
@@ -79,8 +87,31 @@ for url in ["/", "/teams/ml-platform/", "/teams/ml-platform/?range=quarter",
     r = c.get(url)
     assert r.status_code == 200, (url, r.status_code)
 assert b"Simulated data" in c.get("/teams/ml-platform/").content
+# Every journey's result is there: an alert rule with its history, a budget rule, the last
+# closed month's report as CSV and PDF, the benchmark history, the inference fleet.
+from greenops.alerts.models import Notification, Rule, RuleEvent
+from greenops.reports.models import Report
+rules = Rule.objects.filter(team__slug="ml-platform")
+assert {r.kind for r in rules} == {"threshold", "budget"}, rules
+for event in RuleEvent.objects.filter(rule__kind="threshold", to_state="firing"):
+    assert Notification.objects.filter(event=event, kind="firing", status="sent").exists()
+assert b"Idle H100s on the trainer" in c.get("/teams/ml-platform/alerts/").content
+report = Report.objects.get(team__slug="ml-platform")
+for ext in ("csv", "pdf"):
+    r = c.get(f"/teams/ml-platform/reports/{report.id}/report.{ext}")
+    assert r.status_code == 200, (ext, r.status_code)
+for url in ["/teams/ml-platform/reports/", "/teams/ml-platform/benchmarks/",
+            "/teams/ml-platform/benchmarks/chat-llm/", "/teams/inference/"]:
+    r = c.get(url)
+    assert r.status_code == 200, (url, r.status_code)
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", pages], cwd=ROOT, env=embedded_env(tmp_path),
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", pages],
+        cwd=ROOT,
+        env=embedded_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr

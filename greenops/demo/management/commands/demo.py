@@ -7,6 +7,8 @@ traffic. Ctrl-C or SIGTERM stops all of them: the agents get SIGTERM and flush t
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import ctypes
 import os
 import signal
@@ -19,6 +21,15 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from greenops import embedded_beat
 from greenops.demo import seed as demo_seed
@@ -37,16 +48,30 @@ def _die_with_parent() -> None:
         pass  # not Linux: the demo's own shutdown still stops its agents
 
 
-def start_agents(server: str, tokens: dict[str, str], idle_since: float,
-                 spool_dir: Path) -> list[subprocess.Popen]:
+def start_agents(
+    server: str, tokens: dict[str, str], idle_since: float, spool_dir: Path
+) -> list[subprocess.Popen]:
     agents = []
     for spec in HOSTS:
         env = dict(os.environ, GREENOPS_TOKEN=tokens[spec.name])
-        agents.append(subprocess.Popen(
-            [sys.executable, "-m", "greenops.demo.agent", spec.name, "--server", server,
-             "--spool", str(spool_dir / f"demo-agent-{spec.name}.db"),
-             "--idle-since", str(idle_since)],
-            env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None))
+        agents.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "greenops.demo.agent",
+                    spec.name,
+                    "--server",
+                    server,
+                    "--spool",
+                    str(spool_dir / f"demo-agent-{spec.name}.db"),
+                    "--idle-since",
+                    str(idle_since),
+                ],
+                env=env,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+        )
     return agents
 
 
@@ -63,26 +88,101 @@ def stop_agents(agents: list[subprocess.Popen]) -> None:
             agent.wait()
 
 
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    # runserver handles KeyboardInterrupt by returning; SIGTERM's default would kill the
-    # process before the finally block that stops the agents.
-    raise KeyboardInterrupt
+class Stopper:
+    """Ctrl-C (SIGINT) or SIGTERM: the agents are stopped first, while the web server still
+    answers, so each sends what its spool holds (its last batch); then the server stops.
+    Stopping the server first (runserver's own KeyboardInterrupt) left that batch unsent:
+    the agents' flush found no server. The stop runs in a thread because the main thread is
+    the server's accept loop."""
+
+    def __init__(self, agents: list[subprocess.Popen], stop: threading.Event) -> None:
+        self.agents, self.stop = agents, stop
+        self.started = threading.Event()
+        self.agents_stopped = threading.Event()
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.agents_stopped.is_set():
+            # The stop thread's interrupt_main() lands here, in the main thread (it calls the
+            # SIGINT handler, this one): now runserver may return.
+            raise KeyboardInterrupt
+        if self.started.is_set():
+            return
+        self.started.set()
+        threading.Thread(target=self._stop_all, name="demo-stop", daemon=True).start()
+
+    def _stop_all(self) -> None:
+        self.stop.set()  # the chat traffic sends its last window and ends
+        stop_agents(self.agents)
+        self.agents_stopped.set()
+        _thread.interrupt_main()  # runserver returns on KeyboardInterrupt
+
+
+class RichProgress(demo_seed.Progress):
+    """Seeding's steps as progress bars with an ETA, and one line per finished step (what is
+    left on a terminal that is not live: a log, CI)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bars = Progress(
+            TextColumn("{task.description:<36}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[unit]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
+
+    @contextlib.contextmanager
+    def step(self, label: str, total: float, unit: str = ""):
+        started = time.monotonic()
+        task = self.bars.add_task(label, total=int(total) or 1, unit=unit)
+        done = [0.0]
+
+        def advance(n: float) -> None:
+            done[0] += n
+            self.bars.advance(task, n)
+
+        yield advance
+        self.bars.remove_task(task)
+        took = time.monotonic() - started
+        rate = f"  ({done[0] / took:,.0f} {unit}/s)" if unit and took > 0 and done[0] else ""
+        count = f"  {done[0]:,.0f} {unit}" if unit else ""
+        self.console.print(
+            f"  done  {label:<36}{count:>22}  {took:6.1f} s{rate}", highlight=False, soft_wrap=True
+        )
 
 
 class Command(BaseCommand):
-    help = ("Set up GreenOps on the embedded default with a simulated fleet (two teams, three "
-            "hosts, 35 days of history) and run it with live simulated agents.")
+    help = (
+        "Set up GreenOps on the embedded default with a simulated fleet (three teams, "
+        "seven hosts, the previous month and this one of history) and run it with live "
+        "simulated agents."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)),
-                            help="port of the web server on 127.0.0.1 (default 8000 or $PORT)")
-        parser.add_argument("--days", type=float, default=35.0,
-                            help="days of history to backfill on first run (default 35)")
-        parser.add_argument("--no-serve", action="store_true",
-                            help="seed and exit, without web server or agents")
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=int(os.environ.get("PORT", 8000)),
+            help="port of the web server on 127.0.0.1 (default 8000 or $PORT)",
+        )
+        parser.add_argument(
+            "--days",
+            type=float,
+            default=None,
+            help="days of history to backfill on first run (default: the "
+            "previous calendar month and this one so far, at least 35)",
+        )
+        parser.add_argument(
+            "--no-serve", action="store_true", help="seed and exit, without web server or agents"
+        )
 
-    def handle(self, *args, port: int, days: float, no_serve: bool, **options) -> None:
-        if days <= 0:
+    def handle(self, *args, port: int, days: float | None, no_serve: bool, **options) -> None:
+        self.started = time.monotonic()
+        if days is not None and days <= 0:
             self.stderr.write("--days must be positive")
             sys.exit(2)
         Path(settings.DATA_DIR).mkdir(parents=True, exist_ok=True)
@@ -90,40 +190,67 @@ class Command(BaseCommand):
         # STATIC_ROOT keeps WhiteNoise from warning that it is missing.
         Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
-        self.stdout.write(f"Seeding the demo ({days:g} days of simulated history on first run; "
-                          "this takes a minute)…")
-        seeded = demo_seed.seed(days)
+        days = days or demo_seed.history_days(time.time())
+        fleet_days = min(days, demo_seed.FLEET_DAYS)
+        self.stdout.write(f"Seeding the demo ({days:.1f} days of simulated history on first run)…")
+        self.stdout.flush()
+        progress = RichProgress(Console(file=self.stdout._out))
+        with progress.bars:  # one live display for all the steps
+            seeded = demo_seed.seed(days, progress=progress, fleet_days=fleet_days)
+        ready_s = time.monotonic() - self.started
         url = f"http://127.0.0.1:{port}"
-        self.stdout.write(self.style.SUCCESS(
-            f"\nGreenOps demo is ready: {url}/\n"
-            f"  login: {demo_seed.DEMO_USER} / {demo_seed.DEMO_PASSWORD} (owner of both teams);"
-            f" {demo_seed.VIEWER_USER} / {demo_seed.DEMO_PASSWORD} (viewer of ML Platform)\n"
-            f"  teams: {url}/teams/ml-platform/  {url}/teams/research/\n"
-            f"  data: simulated ({len(HOSTS)} hosts with live simulated agents;"
-            f" history {'backfilled now' if seeded.backfilled else 'from an earlier run'})\n"
-            f"  database: {settings.DATABASES['default']['NAME']}\n"
-            f"  stop: Ctrl-C (or SIGTERM); reset: delete the database file above and rerun\n"
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nGreenOps demo is ready in {ready_s:.0f} s: {url}/\n"
+                f"  login: {demo_seed.DEMO_USER} / {demo_seed.DEMO_PASSWORD}"
+                " (owner of all three teams);"
+                f" {demo_seed.VIEWER_USER} / {demo_seed.DEMO_PASSWORD} (viewer of ML Platform)\n"
+                f"  teams: {url}/teams/ml-platform/  {url}/teams/research/"
+                f"  {url}/teams/inference/ (mixed accelerators)\n"
+                f"  alert e-mail: written to {Path(settings.DATA_DIR) / demo_seed.DEMO_MAIL_DIR}"
+                " (never sent)\n"
+                f"  data: simulated ({len(HOSTS)} hosts with live simulated agents;"
+                f" history {'backfilled now' if seeded.backfilled else 'from an earlier run'})\n"
+                f"  database: {settings.DATABASES['default']['NAME']}\n"
+                f"  stop: Ctrl-C (or SIGTERM); reset: delete the database file above and rerun\n"
+            )
+        )
         if no_serve:
             return
         self.serve(port, seeded)
 
     def serve(self, port: int, seeded: demo_seed.Seeded) -> None:
         server = f"http://127.0.0.1:{port}"
-        previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         stop = threading.Event()
-        agents = start_agents(server, seeded.host_tokens, seeded.idle_since,
-                              Path(settings.DATA_DIR))
+        agents = start_agents(
+            server, seeded.host_tokens, seeded.idle_since, Path(settings.DATA_DIR)
+        )
+        stopper = Stopper(agents, stop)
+        previous = {s: signal.signal(s, stopper) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             embedded_beat.start(stop)  # rollups, KPI and price tasks, as beat would run them
+            # The live agents take seconds to start: the history is joined up to each one's
+            # first minute as it arrives (beat's KPI lookback then recomputes those hours).
+            threading.Thread(
+                target=demo_seed.join_live,
+                args=(seeded.histories, stop.is_set),
+                name="demo-join",
+                daemon=True,
+            ).start()
             serving = next(h for h in HOSTS if h.story == "serving")
-            traffic.start(server, seeded.api_token,
-                          StorySource(serving, time.time, seeded.idle_since), stop, time.time())
+            traffic.start(
+                server,
+                seeded.api_token,
+                StorySource(serving, time.time, seeded.idle_since),
+                stop,
+                seeded.chat_until or time.time(),
+            )
             call_command("runserver", f"127.0.0.1:{port}", use_reloader=False)
         except KeyboardInterrupt:
             pass
         finally:
             stop.set()
             stop_agents(agents)
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             self.stdout.write("Demo stopped: web server, beat and simulated agents.")
