@@ -31,8 +31,8 @@ POD_RANGES = [k for k in RANGES if k != "hour"]  # periods of whole finished hou
 PodRange = Annotated[str, WithJsonSchema({"type": "string", "enum": POD_RANGES})]
 
 WORKLOAD_KEYS = {"name", "slug", "kind", "description", "hosts", "gpus", "interruptible",
-                 "checkpoint_interval_min", "latency_critical", "match_process", "match_namespace",
-                 "match_pod_prefix"}
+                 "checkpoint_interval_min", "latency_critical", "served_model", "p99_target_ms",
+                 "match_process", "match_namespace", "match_pod_prefix"}
 
 
 _NAMED = "^[^\\u0000]*[A-Za-z0-9][^\\u0000]*$"  # slugify keeps ASCII letters and digits
@@ -60,6 +60,12 @@ WORKLOAD_SCHEMA = {
         "checkpoint_interval_min": {"type": ["integer", "null"], "minimum": 0,
                                     "maximum": 2**31 - 1},
         "latency_critical": {"type": "boolean"},
+        "served_model": text(200, description="the model this service serves, as its metrics "
+                             "label it; services with the same model are compared across "
+                             "accelerators by the advisor"),
+        "p99_target_ms": {"type": ["number", "null"], "minimum": 0.001,
+                          "description": "p99 latency objective in ms; the advisor sizes "
+                                         "replicas for it"},
         "match_process": text(128), "match_namespace": text(63), "match_pod_prefix": text(253),
     },
 }
@@ -89,6 +95,7 @@ def workload_out(w: Workload) -> dict:
                  for g in w.gpus.select_related("host")],
         "interruptible": w.interruptible, "checkpoint_interval_min": w.checkpoint_interval_min,
         "latency_critical": w.latency_critical,
+        "served_model": w.served_model, "p99_target_ms": w.p99_target_ms,
         "match_process": w.match_process, "match_namespace": w.match_namespace,
         "match_pod_prefix": w.match_pod_prefix,
     }
@@ -124,6 +131,11 @@ def _form_data(team, doc: dict) -> dict:
             raise invalid(f"gpus[{i}]", "no such GPU on this team's hosts")
         ids.append(gpu.id)
     data["gpus"] = ids
+    target = data.get("p99_target_ms")
+    if target is not None and type(target) not in (int, float):
+        raise invalid("p99_target_ms", "must be a number of milliseconds, or null")
+    if target is None:
+        data.pop("p99_target_ms", None)  # an empty box is an absent key in form data
     for flag in ("interruptible", "latency_critical"):
         if flag in data and type(data[flag]) is not bool:
             raise invalid(flag, "must be true or false")

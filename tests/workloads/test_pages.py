@@ -94,6 +94,18 @@ def test_api_registers_and_lists_workloads(client, users, team, host):
     assert r.json()["slug"] == "ranker" and len(r.json()["gpus"]) == 2
     listed = client.get(f"/api/v1/teams/{team.slug}/workloads").json()
     assert [w["slug"] for w in listed] == ["ranker"] and listed[0]["latency_critical"] is True
+    assert (listed[0]["served_model"], listed[0]["p99_target_ms"]) == ("", None)
+
+
+def test_api_sets_the_served_model_and_p99_target_the_advisor_reads(client, users, team):
+    client.force_login(users["owner"])
+    r = _post_api(client, team.slug, {"name": "Chat", "kind": "inference",
+                                      "served_model": "llama-3.1-8b-instruct",
+                                      "p99_target_ms": 250})
+    assert r.status_code == 201, r.content
+    w = Workload.objects.get(slug="chat")
+    assert (w.served_model, w.p99_target_ms) == ("llama-3.1-8b-instruct", 250.0)
+    assert r.json()["p99_target_ms"] == 250.0
 
 
 @pytest.mark.parametrize("doc,field", [
@@ -105,6 +117,10 @@ def test_api_registers_and_lists_workloads(client, users, team, host):
      "gpus[0]"),
     ({"name": "x", "kind": "inference", "interruptible": "yes"}, "interruptible"),
     ({"name": "x", "kind": "inference", "owner": "me"}, "owner"),
+    ({"name": "x", "kind": "inference", "p99_target_ms": "200"}, "p99_target_ms"),
+    ({"name": "x", "kind": "inference", "p99_target_ms": True}, "p99_target_ms"),
+    ({"name": "x", "kind": "inference", "p99_target_ms": 0}, "p99_target_ms"),
+    ({"name": "x", "kind": "inference", "served_model": "m" * 201}, "served_model"),
 ])
 def test_api_bad_input_names_the_field(client, users, team, host, doc, field):
     client.force_login(users["owner"])
