@@ -89,13 +89,28 @@ class Usage:
     `figures` (window -> result) is what a snapshot stores (see page_figures); `now` is the
     clock the cost windows are taken from: the page's, or the snapshot's when it is read."""
 
-    def __init__(self, figures: dict | None = None, now: dt.datetime | None = None,
-                 computed_at: dt.datetime | None = None) -> None:
+    def __init__(
+        self,
+        figures: dict | None = None,
+        now: dt.datetime | None = None,
+        computed_at: dt.datetime | None = None,
+        frozen: bool = False,
+        state: str = "current",
+    ) -> None:
         self._seen: dict[tuple, accounting.TeamUsage] = {}
         self.figures: dict[tuple, object] = dict(figures or {})
         self.now = now
         self.computed_at = computed_at
         self.added = False
+        # A page's Usage is frozen: it reads the figures a snapshot holds and never computes one
+        # (at 1,000 GPUs a window takes seconds to minutes: a task computes them, see
+        # page_figures). A figure it lacks is `pending` ("being computed"), never a 0.
+        self.frozen = frozen
+        self.pending = False
+        # "current": this hour's snapshot at the current generation; "stale": the last one the
+        # team has (an hour or an edit older), shown with its time while a task refreshes it;
+        # "none": no snapshot at all, the cost figures are being computed.
+        self.state = state
 
     def __call__(self, team: Team, days: float, now: dt.datetime) -> accounting.TeamUsage:
         w = windows.lookback(days, now)  # type: ignore[arg-type]
@@ -104,8 +119,11 @@ class Usage:
             self._seen[key] = accounting.collect(team, days, now)  # type: ignore[arg-type]
         return self._seen[key]
 
-    def _figure(self, key: tuple, compute):
+    def _figure(self, key: tuple, compute, pending=None):
         if key not in self.figures:
+            if self.frozen:
+                self.pending = True
+                return pending
             self.figures[key] = compute()
             self.added = True
         return self.figures[key]
@@ -116,22 +134,42 @@ class Usage:
         def compute() -> tuple[dict, Unpriced]:
             tu = self(team, days, now)
             return accounting.cost_totals(tu), unpriced(tu)
-        return self._figure(("costs", team.id, w.start, w.end), compute)  # type: ignore[return-value]
+
+        return self._figure(
+            ("costs", team.id, w.start, w.end),
+            compute,  # type: ignore[return-value]
+            (dict(PENDING_COSTS), Unpriced()),
+        )
 
     def recommendations(self, team: Team, now: dt.datetime) -> list[dict]:
         w = windows.lookback(RECOMMENDATION_LOOKBACK_DAYS, now)
 
         def compute() -> list[dict]:
             tu = self(team, RECOMMENDATION_LOOKBACK_DAYS, now)
-            recs = team_recommendations(team, RECOMMENDATION_LOOKBACK_DAYS, now,
-                                        usage=tu)["recommendations"]
+            recs = team_recommendations(team, RECOMMENDATION_LOOKBACK_DAYS, now, usage=tu)[
+                "recommendations"
+            ]
             return [r for r in recs if r["monthly_usd_saved"] > 0][:TOP_RECOMMENDATIONS]
-        return self._figure(("recommendations", team.id, w.start, w.end),  # type: ignore[return-value]
-                            compute)
+
+        return self._figure(
+            ("recommendations", team.id, w.start, w.end),  # type: ignore[return-value]
+            compute,
+            [],
+        )
 
 
-def _costs(team: Team, days: float, now: dt.datetime, usage: Usage | None = None
-           ) -> tuple[dict, Unpriced]:
+# A cost figure a frozen Usage does not hold yet: unknown, never 0 (the page says why).
+PENDING_COSTS = {
+    "total_cost_usd": None,
+    "priced_cost_usd": None,
+    "idle_cost_usd": None,
+    "idle_threshold_pct": accounting.IDLE_UTIL_PCT,
+}
+
+
+def _costs(
+    team: Team, days: float, now: dt.datetime, usage: Usage | None = None
+) -> tuple[dict, Unpriced]:
     return (usage or Usage()).costs(team, days, now)
 
 
@@ -145,6 +183,8 @@ def _costs(team: Team, days: float, now: dt.datetime, usage: Usage | None = None
 SNAPSHOT_TTL_S = 3 * 3600
 # Beat retakes a snapshot older than this (late samples, price edits reach the page by then).
 SNAPSHOT_REFRESH_S = 15 * 60
+# The last snapshot of a team, shown (with its time) while its current one is being computed.
+LATEST_TTL_S = 7 * 86400
 
 
 # Generations: the shared one (the price catalog, which every team's costs read) and one per
@@ -163,8 +203,7 @@ def _team_of(instance) -> int | None:
     None for the shared catalog (prices, price periods, instance types)."""
     team_id = getattr(instance, "team_id", None)
     if team_id is None and getattr(instance, "host_id", None) is not None:
-        team_id = Host.objects.filter(id=instance.host_id).values_list(
-            "team_id", flat=True).first()
+        team_id = Host.objects.filter(id=instance.host_id).values_list("team_id", flat=True).first()
     return team_id
 
 
@@ -191,8 +230,9 @@ def _generation(team_id: int) -> str:
     return _generations(team_id)[0]
 
 
-def snapshot_key(team_id: int, hour: dt.datetime, generation: str | None = None,
-                 created: float | None = None) -> str:
+def snapshot_key(
+    team_id: int, hour: dt.datetime, generation: str | None = None, created: float | None = None
+) -> str:
     """Where a team's cost snapshot of `hour` lives. `created` (the team's creation time, as
     kpis_key keeps it) keeps a team id used again -- a new database beside the same cache --
     from reading another team's figures."""
@@ -203,21 +243,42 @@ def snapshot_key(team_id: int, hour: dt.datetime, generation: str | None = None,
     return f"team-home:v3:{team_id}:{created:.6f}:{hour:%Y%m%dT%H}:{generation}"
 
 
+def latest_key(team_id: int, created: float) -> str:
+    """Where the last snapshot a team had is kept, whatever its hour and generation: what a page
+    shows, labelled with its time, while a task computes the current one."""
+    return f"team-home:latest:v1:{team_id}:{created:.6f}"
+
+
 def page_figures(team: Team, range_key: str, now: dt.datetime) -> tuple[Usage, dict]:
     """What the team home reads from the cache, in two round trips (the generations, then the
-    entries): its cost figures -- this hour's snapshot, else the previous hour's, else a Usage
-    that computes them -- and its KPI figures (kpi_figures, computed and stored when missing)."""
+    entries): its cost figures -- this hour's snapshot, else the previous hour's, else the last
+    one the team had (an edit or an hour older), else none -- and its KPI figures (kpi_figures,
+    computed and stored when missing).
+
+    The cost figures are never computed here: at 1,000 GPUs they take tens of seconds, which
+    a visitor after a price edit or a Redis restart would wait for. The Usage returned is
+    frozen; unless its state is "current" the caller queues dashboards.tasks.refresh_team_home
+    and the page shows what it has with its time, or says the figures are being computed."""
     generations = _generations(team.id)
     hour = windows.floor_hour(now)
-    keys = [snapshot_key(team.id, h, generations[0], team.created_at.timestamp())
-            for h in (hour, hour - dt.timedelta(hours=1))]
+    created = team.created_at.timestamp()
+    keys = [
+        snapshot_key(team.id, h, generations[0], created)
+        for h in (hour, hour - dt.timedelta(hours=1))
+    ] + [latest_key(team.id, created)]
     kpis_at = kpis_key(team, range_key, now, generations)
     found = cache.get_many([*keys, kpis_at])
-    usage = Usage(now=now, computed_at=timezone.now())
-    for key in keys:
+    usage = Usage(now=now, computed_at=None, frozen=True, state="none")
+    for i, key in enumerate(keys):
         snap = found.get(key)
         if snap is not None and snap.get("team_id") == team.id:
-            usage = Usage(snap["figures"], now=snap["now"], computed_at=snap["computed_at"])
+            usage = Usage(
+                snap["figures"],
+                now=snap["now"],
+                computed_at=snap["computed_at"],
+                frozen=True,
+                state="current" if i == 0 else "stale",
+            )
             break
     kpis = found.get(kpis_at)
     if kpis is None:
@@ -231,10 +292,17 @@ def save_snapshot(team: Team, usage: Usage) -> None:
     hour its figures were taken in."""
     if not usage.added or usage.now is None:
         return
-    cache.set(snapshot_key(team.id, windows.floor_hour(usage.now), None,
-                           team.created_at.timestamp()),
-              {"team_id": team.id, "now": usage.now, "computed_at": usage.computed_at,
-               "figures": usage.figures}, SNAPSHOT_TTL_S)
+    created = team.created_at.timestamp()
+    snap = {
+        "team_id": team.id,
+        "now": usage.now,
+        "computed_at": usage.computed_at,
+        "figures": usage.figures,
+    }
+    cache.set_many(
+        {snapshot_key(team.id, windows.floor_hour(usage.now), None, created): snap}, SNAPSHOT_TTL_S
+    )
+    cache.set(latest_key(team.id, created), snap, LATEST_TTL_S)
 
 
 def take_snapshot(team: Team, now: dt.datetime | None = None) -> Usage:
@@ -271,23 +339,32 @@ def kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
         "overview": kpi_queries.overview(team, None, kpi_range(range_key), now),
         "month": _month_kpis(team, month),
         "month_coverage": kpi_queries.host_hours(team, month.start, month.end)
-        if month is not None else None,
+        if month is not None
+        else None,
         "daily": daily_by_workload(team, range_key, now),
     }
 
 
-def kpis_key(team: Team, range_key: str, now: dt.datetime,
-             generations: tuple[str, int] | None = None) -> str:
+def kpis_key(
+    team: Team, range_key: str, now: dt.datetime, generations: tuple[str, int] | None = None
+) -> str:
     """Where page_figures keeps kpi_figures(team, range_key, now)."""
     cost_generation, kpi_generation = generations or _generations(team.id)
     month = windows.month_containing(now, team.time_zone)
-    return (f"team-home:kpis:v1:{team.id}:{team.created_at.timestamp():.6f}:"
-            f"{kpi_range(range_key)}:{windows.floor_hour(now):%Y%m%dT%H}:"
-            f"{month.start:%Y%m%dT%H%M}:{kpi_generation}:{cost_generation}")
+    return (
+        f"team-home:kpis:v1:{team.id}:{team.created_at.timestamp():.6f}:"
+        f"{kpi_range(range_key)}:{windows.floor_hour(now):%Y%m%dT%H}:"
+        f"{month.start:%Y%m%dT%H%M}:{kpi_generation}:{cost_generation}"
+    )
 
 
-def headline(team: Team, range_key: str, now: dt.datetime | None = None,
-             usage: Usage | None = None, kpis: dict | None = None) -> dict:
+def headline(
+    team: Team,
+    range_key: str,
+    now: dt.datetime | None = None,
+    usage: Usage | None = None,
+    kpis: dict | None = None,
+) -> dict:
     """The cards; `kpis`: kpi_figures (or page_figures') of the same team, range and clock."""
     now = now or timezone.now()
     usage = usage or Usage(now=now)
@@ -323,9 +400,12 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
     idle = Card("idle_cost_usd", f"Idle {one} cost", costs_now["idle_cost_usd"], "", 2,
                 costs_url, prefix="$",
                 note=f"{one}-hours under {costs_now['idle_threshold_pct']:g} % utilisation")
+    if costs_now["priced_cost_usd"] is None:  # a frozen Usage without this window yet
+        cost.note = idle.note = "being computed"
     if not missing.count and not missing_before.count:
-        idle.change_pct = metrics.change_pct(costs_now["idle_cost_usd"],
-                                             costs_before["idle_cost_usd"])
+        idle.change_pct = metrics.change_pct(
+            costs_now["idle_cost_usd"], costs_before["idle_cost_usd"]
+        )
     if not ov["comparable"]:  # a previous period only partly measured: no trend to show
         cost.change_pct = idle.change_pct = None
     # The KPI engine divides the inference workloads' energy and cost (not the training
@@ -337,8 +417,9 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
     per_1k = Card("cost_per_1k_inferences_usd", "Cost per 1k inferences",
                   cur.get("cost_per_1k_inferences_usd"), "", 4, kpis_url, prefix="$")
     if ov["comparable"]:
-        per_1k.change_pct = metrics.change_pct(cur.get("cost_per_1k_inferences_usd"),
-                                               ov["previous"].get("cost_per_1k_inferences_usd"))
+        per_1k.change_pct = metrics.change_pct(
+            cur.get("cost_per_1k_inferences_usd"), ov["previous"].get("cost_per_1k_inferences_usd")
+        )
     if not cur.get("requests"):
         epi.note = per_1k.note = "no inferences reported"
     elif per_1k.value is None:
@@ -365,16 +446,25 @@ def headline(team: Team, range_key: str, now: dt.datetime | None = None,
         idle,
     ]
     return {
-        "range": key, "label": label, "start": ov["start"], "end": ov["end"],
+        "range": key,
+        "label": label,
+        "start": ov["start"],
+        "end": ov["end"],
         "window_text": ov.get("window_text", ""),
-        "cards": cards, "comparable": ov["comparable"],
-        "previous_partial": ov["previous_partial"], "simulated": cur.get("simulated"),
+        "cards": cards,
+        "comparable": ov["comparable"],
+        "previous_partial": ov["previous_partial"],
+        "simulated": cur.get("simulated"),
         "coverage": ov.get("coverage") or {"text": ""},
         "coverage_flag": ov.get("coverage_flag", ""),
-        "unpriced": missing, "costs": costs_now,
+        "unpriced": missing,
+        "costs": costs_now,
         "month": month_to_date(team, now, usage, kpis["month"], kpis.get("month_coverage")),
         # When the cost figures were computed and the hour their windows end at.
-        "costs_as_of": usage.computed_at, "costs_end": windows.floor_hour(cnow),
+        "costs_as_of": usage.computed_at,
+        "costs_end": windows.floor_hour(cnow),
+        "costs_state": usage.state,
+        "costs_pending": usage.pending,
         "end_hour": windows.floor_hour(now),
     }
 
@@ -391,44 +481,69 @@ def month_window(team: Team, now: dt.datetime) -> windows.Window | None:
 def _month_kpis(team: Team, month: windows.Window | None) -> dict:
     if month is None:
         return {}
-    return kpi_queries.kpis(team, None, month.start, month.end, Period.HOUR,
-                            kpi_queries.rows_by_day(team, None, month.start, month.end))
+    return kpi_queries.kpis(
+        team,
+        None,
+        month.start,
+        month.end,
+        Period.HOUR,
+        kpi_queries.rows_by_day(team, None, month.start, month.end),
+    )
 
 
-def month_to_date(team: Team, now: dt.datetime, usage: Usage | None = None,
-                  month_kpis: dict | None = None, coverage: dict | None = None) -> dict:
+def month_to_date(
+    team: Team,
+    now: dt.datetime,
+    usage: Usage | None = None,
+    month_kpis: dict | None = None,
+    coverage: dict | None = None,
+) -> dict:
     """This calendar month (in the team's time zone) so far: cost (priced hosts), IT energy,
     carbon, inferences. `month_kpis`: kpi_figures' "month", when the caller has it."""
     w = month_window(team, now)
     month = windows.month_containing(now, team.time_zone)
     k = month_kpis if month_kpis is not None else _month_kpis(team, w)
     costs, missing = _month_costs(team, (usage.now if usage else None) or now, usage)
-    return {"start": month.start, "end": w.end if w else month.start,
-            "label": w.label if w else month.label,
-            "text": w.text if w else f"{month.label}: no hour finished yet",
-            "month": f"{month.start.astimezone(windows.time_zone(month.tz)):%Y-%m}",
-            "cost_usd": costs["priced_cost_usd"], "unpriced": missing,
-            "energy_kwh": k.get("energy_kwh"), "co2e_kg": k.get("co2e_kg"),
-            "requests": k.get("requests"),
-            "coverage": coverage or (kpi_queries.host_hours(team, w.start, w.end) if w
-                                     else {"text": ""})}
+    return {
+        "start": month.start,
+        "end": w.end if w else month.start,
+        "label": w.label if w else month.label,
+        "text": w.text if w else f"{month.label}: no hour finished yet",
+        "month": f"{month.start.astimezone(windows.time_zone(month.tz)):%Y-%m}",
+        "cost_usd": costs["priced_cost_usd"],
+        "unpriced": missing,
+        "energy_kwh": k.get("energy_kwh"),
+        "co2e_kg": k.get("co2e_kg"),
+        "requests": k.get("requests"),
+        "coverage": coverage
+        or (kpi_queries.host_hours(team, w.start, w.end) if w else {"text": ""}),
+    }
 
 
-def _month_costs(team: Team, now: dt.datetime, usage: Usage | None = None
-                 ) -> tuple[dict, Unpriced]:
+def _month_costs(team: Team, now: dt.datetime, usage: Usage | None = None) -> tuple[dict, Unpriced]:
     """Cost of this calendar month so far: accounting counts whole hours up to the start of
     the current one (windows.lookback), the window month_window prints."""
     w = month_window(team, now)
     days = (w.end - w.start).total_seconds() if w is not None else 0
     if not days:  # the month's first hour: no whole hour finished yet, so nothing billed yet
-        return ({"total_cost_usd": 0.0, "priced_cost_usd": 0.0, "idle_cost_usd": 0.0,
-                 "idle_threshold_pct": accounting.IDLE_UTIL_PCT}, Unpriced())
+        return (
+            {
+                "total_cost_usd": 0.0,
+                "priced_cost_usd": 0.0,
+                "idle_cost_usd": 0.0,
+                "idle_threshold_pct": accounting.IDLE_UTIL_PCT,
+            },
+            Unpriced(),
+        )
     return _costs(team, days / 86400, now, usage)
 
 
-def top_recommendations(team: Team, now: dt.datetime | None = None,
-                        limit: int = TOP_RECOMMENDATIONS, usage: Usage | None = None
-                        ) -> list[dict]:
+def top_recommendations(
+    team: Team,
+    now: dt.datetime | None = None,
+    limit: int = TOP_RECOMMENDATIONS,
+    usage: Usage | None = None,
+) -> list[dict]:
     """The recommendations with the largest monthly savings, as the Costs page ranks them."""
     now = now or timezone.now()
     usage = usage or Usage(now=now)
@@ -444,8 +559,7 @@ def daily_by_workload(team: Team, range_key: str, now: dt.datetime | None = None
     span = max(kpi_queries.RANGES[key].span, MIN_DAILY_SPAN)
     end = windows.floor_day(now) + dt.timedelta(days=1)
     start = end - span
-    rows = KpiRollup.objects.filter(team=team, period=Period.DAY, bucket__gte=start,
-                                    bucket__lt=end)
+    rows = KpiRollup.objects.filter(team=team, period=Period.DAY, bucket__gte=start, bucket__lt=end)
     days = [start + dt.timedelta(days=i) for i in range(span.days)]
     index = {d: i for i, d in enumerate(days)}
     names = dict(Workload.objects.filter(team=team).values_list("id", "name"))
@@ -468,13 +582,17 @@ def daily_by_workload(team: Team, range_key: str, now: dt.datetime | None = None
     rest = "GPUs in no workload"
     cost[rest] = _remainder(team_cost, cost)
     co2e[rest] = _remainder(team_co2e, co2e)
-    return {"t": [d.date().isoformat() for d in days], "simulated": simulated,
-            "cost_usd": {k: _round(v, 2) for k, v in cost.items() if any(v)},
-            "co2e_kg": {k: _round(v, 3) for k, v in co2e.items() if any(v)}}
+    return {
+        "t": [d.date().isoformat() for d in days],
+        "simulated": simulated,
+        "cost_usd": {k: _round(v, 2) for k, v in cost.items() if any(v)},
+        "co2e_kg": {k: _round(v, 3) for k, v in co2e.items() if any(v)},
+    }
 
 
-def _remainder(total: list[float | None], parts: dict[str, list[float | None]]
-               ) -> list[float | None]:
+def _remainder(
+    total: list[float | None], parts: dict[str, list[float | None]]
+) -> list[float | None]:
     out: list[float | None] = []
     for i, t in enumerate(total):
         if t is None:

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
-from dashboards import fleet_charts, headline
+from dashboards import fleet_charts, headline, tasks
 from dashboards.forms import HostEditForm
 from greenops import windows
 from greenops.teams import audit
@@ -41,10 +41,13 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     team_hosts = fleet.team_hosts(team, now)
     # Closed chart buckets from the team's fleet rollups, the still-filling ones live.
     fleet_series = fleet.team_fleet_series(team, key, now, team_hosts)
-    # The cost figures: this hour's snapshot (beat takes them), else computed once per window
-    # for the whole page and stored for the next views. The cards, month to date and daily
-    # bars: KPI rollups only, kept until those change.
+    # The cost figures: this hour's snapshot (beat takes them), else the last one the team has
+    # labelled with its time, else "being computed" -- never computed in the request (tens of
+    # seconds at 1,000 GPUs): dashboards.tasks.refresh_team_home takes it. The cards, month to
+    # date and daily bars: KPI rollups only, kept until those change.
     usage, kpis = headline.page_figures(team, key, now)
+    if usage.state != "current":  # a task computes them; the page shows what it has
+        tasks.request_refresh(team)
     days = kpis["daily"]
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
     # them separately). At most HOME_HOSTS rows, offline ones first (what needs a look); the
@@ -60,14 +63,17 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
         "team": team,
         "head": headline.headline(team, key, now, usage, kpis),
         "recommendations": headline.top_recommendations(team, now, usage=usage),
+        "costs_pending": usage.pending,
         "firing": headline.firing_alerts(team),
         "usage": fleet_series,
         "figures": {
             **fleet_charts.fleet_figures(fleet_series, device_kinds, nouns),
             "cost_by_workload": fleet_charts.per_day_by_workload(
-                days, "cost_usd", "Cost per day by workload", "USD", ",.2f"),
+                days, "cost_usd", "Cost per day by workload", "USD", ",.2f"
+            ),
             "co2e_by_workload": fleet_charts.per_day_by_workload(
-                days, "co2e_kg", "Carbon per day by workload", "kg CO2e", ",.3g"),
+                days, "co2e_kg", "Carbon per day by workload", "kg CO2e", ",.3g"
+            ),
         },
         "hosts": current[:HOME_HOSTS],
         "device_kinds": device_kinds,
@@ -76,7 +82,6 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
         "range_key": key,
         "now": now,
     }
-    headline.save_snapshot(team, usage)
     return render(request, "dashboards/team.html", ctx)
 
 
@@ -126,12 +131,21 @@ def host_edit(request: HttpRequest, team: Team, host_id: int) -> HttpResponse:
             changes = form.changes()
             form.save()
             if changes:
-                audit.record(team, request.user, AuditEvent.Action.HOST_CHANGED, host.name,
-                             host_id=host.id, changes=changes)
+                audit.record(
+                    team,
+                    request.user,
+                    AuditEvent.Action.HOST_CHANGED,
+                    host.name,
+                    host_id=host.id,
+                    changes=changes,
+                )
         return redirect("host-detail", team.slug, host.id)
-    return render(request, "dashboards/host_edit.html", {"team": team, "host": host,
-                                                         "form": form},
-                  status=400 if form.is_bound else 200)
+    return render(
+        request,
+        "dashboards/host_edit.html",
+        {"team": team, "host": host, "form": form},
+        status=400 if form.is_bound else 200,
+    )
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

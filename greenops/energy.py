@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from django.db.models import Count
+from django.db.models import Count, Max, Sum
 
 from greenops.telemetry.models import Gpu, GpuHour, GpuMinute, Host, HostEnergyHour
 from greenops.units import J_PER_KWH
@@ -121,10 +121,18 @@ def it_energy(gpus: list[Gpu], start: dt.datetime, end: dt.datetime) -> ItEnergy
         .values_list("host_id", "n")
     )
     model = GpuHour if hour_aligned(start, end) else GpuMinute
-    rows = model.objects.filter(gpu_id__in=list(gpu_host), bucket__gte=start, bucket__lt=end) \
-        .values_list("gpu_id", "bucket", "energy_j", "util_sum", "util_n", "simulated_samples")
-    for gpu_id, bucket, energy_j, util_sum, util_n, simulated in rows.iterator(chunk_size=5000):
-        out.hour(gpu_host[gpu_id].id, floor_hour(bucket)).gpu_energy_j += energy_j or 0.0
+    # Summed per host and bucket in the database: a month of 1,000 GPUs is 744,000 GPU-hours,
+    # which cost tens of seconds as Python rows; per host-hour they are 8x fewer (a report,
+    # a cost snapshot and the KPI rollup all read them).
+    rows = (model.objects.filter(gpu_id__in=list(gpu_host), bucket__gte=start, bucket__lt=end)
+            .values("gpu__host_id", "bucket")
+            .annotate(e=Sum("energy_j"), us=Sum("util_sum"), un=Sum("util_n"),
+                      sim=Max("simulated_samples"))
+            .values_list("gpu__host_id", "bucket", "e", "us", "un", "sim")
+            .order_by())
+    for host_id, bucket, energy_j, util_sum, util_n, simulated in rows.iterator(
+            chunk_size=5000):
+        out.hour(host_id, floor_hour(bucket)).gpu_energy_j += energy_j or 0.0
         out.util_sum += util_sum or 0.0
         out.util_n += util_n or 0
         out.simulated = out.simulated or bool(simulated)

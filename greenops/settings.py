@@ -408,6 +408,7 @@ BEAT_TASK_TIME_LIMITS_S: dict[str, tuple[int, int]] = {
     "greenops.workloads.tasks.rollup_pod_hours": (240, 300),
     "greenops.costs.tasks.refresh_prices": (600, 660),
     "dashboards.tasks.snapshot_team_homes": (3000, 3300),
+    "dashboards.tasks.refresh_team_home": (3000, 3300),
     # A first fill of a 1,000-GPU team reads a day of minute and 30 days of hour rollups.
     "dashboards.tasks.fill_fleet_rollups": (600, 660),
     "greenops.alerts.tasks.evaluate_rules": (50, 60),  # only fans out one task per rule

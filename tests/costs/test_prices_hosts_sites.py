@@ -48,6 +48,7 @@ def test_a_price_override_fills_a_blank_team_cost(client, users, team):
     _ran(host, 5)
     assert _total(team) is None  # one unpriced host blanks the total
     client.force_login(users["owner"])
+    client.get(f"/teams/{team.slug}/")  # no snapshot: its refresh runs after this response
     assert "1 host unpriced (40 GPU-hours without a price)" in client.get(
         f"/teams/{team.slug}/").content.decode()
     r = client.post(f"/teams/{team.slug}/costs/prices/new", {
@@ -57,6 +58,10 @@ def test_a_price_override_fills_a_blank_team_cost(client, users, team):
     assert r.status_code == 302
     # 5 running hours x $23.92 = $119.60
     assert _total(team) == pytest.approx(5 * 23.92)
+    # The view after the edit shows the last figures, labelled, and queues their refresh
+    # (in-process after its response); the next one shows the new figures.
+    html = client.get(f"/teams/{team.slug}/").content.decode()
+    assert "1 host unpriced" in html and ", refreshing." in html
     html = client.get(f"/teams/{team.slug}/").content.decode()
     assert "without a price" not in html and 'data-kpi="cost_usd">$119.60<' in html
     event = AuditEvent.objects.get(team=team, action=AuditEvent.Action.PRICE_OVERRIDE_SET)

@@ -120,6 +120,9 @@ def test_home_shows_the_priced_total_beside_hosts_without_a_price(client, users,
     _hours(priced, 4, end)
     _hours(unpriced, 5, end, util=2.0)
     client.force_login(users["member"])
+    # The first view finds no cost snapshot and queues its refresh (in-process, after the
+    # response); the second shows it.
+    client.get(f"/teams/{team.slug}/")
     html = client.get(f"/teams/{team.slug}/").content.decode()
     # Priced: 4 running hours of p4d.24xlarge on-demand in us-east-1 at $21.957642/h (the
     # 2026-11-09 snapshot) = $87.830568 -> "$87.83". Not blank because lab-box has no price.
