@@ -104,6 +104,13 @@ class ReplicaRouter:
         return db == PRIMARY  # the replica replays the primary's migrations
 
 
+def read_connection():
+    """The connection a raw SQL read should use now: the replica inside a page's or API read's
+    scope (as the router sends the ORM's reads), else the primary. Raw cursors bypass the
+    router, so the team page's fleet queries ask here."""
+    return connections[ReplicaRouter().db_for_read(None)]
+
+
 def task_started(task_id: str) -> None:
     """Celery task_prerun: a task reads the primary (a task that writes must not decide on
     stale rows), also when it runs eagerly inside a page request that reads the replica."""

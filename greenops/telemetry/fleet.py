@@ -16,6 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from greenops.chart_style import MAX_POINTS
+from greenops.db_router import read_connection
 from greenops.quantiles import sorted_quantile as quantile
 from greenops.teams.models import Team
 from greenops.telemetry import store
@@ -135,7 +136,7 @@ def team_hosts(team: Team, now: dt.datetime) -> list[dict]:
     and `gpu_ids` (its GPUs' ids): the team home's host table and its charts from one query on
     PostgreSQL; elsewhere the ids from a second query."""
     if connection.vendor == "postgresql":
-        with store.server_bound_cursor(prepare=True) as cursor:
+        with store.server_bound_cursor(prepare=True, using=read_connection()) as cursor:
             cursor.execute(_TEAM_HOSTS, [team.id])
             rows = [{**dict(zip(HOST_FIELDS, r[:-1], strict=True)), "gpu_ids": r[-1]}
                     for r in cursor.fetchall()]
@@ -200,7 +201,7 @@ def _stored_rows(team: Team, step_s: int, start: dt.datetime, end: dt.datetime
     were two ORM queries built on every view. In binary: each row carries two bytea arrays
     (hosts and their joules) that text results sent as hex, a third of a 24-hour view's chart
     time to decode."""
-    with store.server_bound_cursor(binary=True, prepare=True) as cursor:
+    with store.server_bound_cursor(binary=True, prepare=True, using=read_connection()) as cursor:
         cursor.execute(_STORED_SQL, {"team": team.id, "step": step_s, "start": start,
                                      "end": end})
         rows = cursor.fetchall()
@@ -347,7 +348,8 @@ def bucket_figures(gpus: list[tuple[int, int]], resolution: str, start: dt.datet
               "step": step_s}
     out = BucketFigures(step_s)
     by_host: dict[int, dict[int, float]] = defaultdict(dict)
-    with (store.server_bound_cursor(prepare=True) if prepare else connection.cursor()) as cursor:
+    db = read_connection()  # the replica for a page's read, the primary for the fill task
+    with (store.server_bound_cursor(prepare=True, using=db) if prepare else db.cursor()) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     for kind, k, *figures in rows:

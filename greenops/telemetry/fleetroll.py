@@ -36,6 +36,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from greenops.chart_style import MAX_POINTS
+from greenops.db_router import read_connection
 from greenops.teams.models import Team
 from greenops.telemetry import late, store
 from greenops.telemetry.fleet import bucket_figures, display_step_s
@@ -81,7 +82,7 @@ def complete_through(team: Team, gpu_ids: list[int], now: dt.datetime) -> dt.dat
     host sent later was stored first (two workers), and then the watermark says nothing. An
     outage's replay is late data, found by the lookback as without a watermark. None (GRACE
     alone decides) then, or when no GPU reported within GRACE."""
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(_OVERTAKEN_SQL, {"team": team.id,
                                         "pending": IngestBatch.Status.PENDING.value})
         if cursor.fetchone()[0]:

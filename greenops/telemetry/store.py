@@ -363,7 +363,7 @@ class _PreparingCursor(psycopg.Cursor):
 NEVER_AUTO_PREPARE = 2**31 - 1
 
 
-def server_bound_cursor(binary: bool = False, prepare: bool = False):
+def server_bound_cursor(binary: bool = False, prepare: bool = False, using=None):
     """A Django cursor (wrapped: errors, query log, atomic bookkeeping) over a psycopg cursor
     that binds parameters on the server. Django's default client-side binding quoted a request's
     body into the SQL text in Python, a sixth of the request's CPU; here it travels as one binary
@@ -372,9 +372,11 @@ def server_bound_cursor(binary: bool = False, prepare: bool = False):
     binary: results in PostgreSQL's binary format too -- for reads of bytea and arrays (the
     team page's stored fleet buckets), which in text come as hex and digits to parse.
     prepare: run the statements as named prepared statements, parsed and planned once per
-    connection (_PreparingCursor); off where settings.DB_PREPARED_STATEMENTS is."""
-    connection.ensure_connection()
-    raw_connection = connection.connection
+    connection (_PreparingCursor); off where settings.DB_PREPARED_STATEMENTS is.
+    using: the connection (default: the primary's); page reads pass db_router.read_connection()."""
+    conn = connection if using is None else using
+    conn.ensure_connection()
+    raw_connection = conn.connection
     cursor_class = psycopg.Cursor
     if prepare and settings.DB_PREPARED_STATEMENTS:
         if raw_connection.prepare_threshold is None:
@@ -383,7 +385,7 @@ def server_bound_cursor(binary: bool = False, prepare: bool = False):
     raw = cursor_class(raw_connection)
     if binary:
         raw.format = psycopg.pq.Format.BINARY
-    return connection._prepare_cursor(raw)
+    return conn._prepare_cursor(raw)
 
 
 def int_array(values) -> str:

@@ -147,6 +147,11 @@ def test_a_page_reads_the_replica_and_says_as_of_when_it_lags(stack, site, users
         return text if LABEL.search(text) else None
 
     page = wait_for(labelled, timeout=60, step=0.3)
+    # The team home's host table and charts come from raw SQL (telemetry.fleet), which the
+    # router never sees: it asks db_router.read_connection(), so the replica serves it too.
+    home = member.get(f"{stack.url}/teams/{team.slug}/", timeout=30)
+    assert home.status_code == 200, home.text[:2000]
+    assert "gpu-a" in home.text and "gpu-b" not in home.text
     h, m, sec, behind = (int(x) for x in LABEL.search(page).groups())
     seen_at = dt.datetime.now(dt.UTC)
     as_of = seen_at.replace(hour=h, minute=m, second=sec, microsecond=0)
