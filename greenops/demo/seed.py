@@ -68,13 +68,38 @@ TEAMS = {
 # One sample per GPU per minute: the minute rollups (idle minutes, GPU-minutes) then see every
 # minute as a real agent's would. Coarser history would understate idle cost.
 STEP_S = 60.0
-# AWS us-east-1: a hyperscaler PUE (AWS reports ~1.15 for its fleet); grid from the US table.
-SITE = {
-    "name": "AWS us-east-1",
-    "pue": 1.15,
-    "provider": "aws",
-    "region": "us-east-1",
-    "country": "USA",
+
+
+# AWS regions: a hyperscaler PUE (AWS reports ~1.15 for its fleet); grid from the US state
+# table (us-east-1: Virginia, us-west-2: Oregon).
+def _aws_site(region: str) -> dict:
+    return {
+        "name": f"AWS {region}",
+        "pue": 1.15,
+        "provider": "aws",
+        "region": region,
+        "country": "USA",
+    }
+
+
+SITE = _aws_site("us-east-1")
+# The inference fleet's own facilities: a colocation hall in Ashburn (a typical colo PUE of
+# 1.4) and a store's back office (no cooling overhead counted: PUE 1.0), both on Virginia's grid.
+SITES = {
+    "colo-ashburn": {
+        "name": "Colocation Ashburn VA (demo)",
+        "pue": 1.4,
+        "provider": "",
+        "region": "VA",
+        "country": "USA",
+    },
+    "edge-store": {
+        "name": "Store 0147 back office (demo)",
+        "pue": 1.0,
+        "provider": "",
+        "region": "VA",
+        "country": "USA",
+    },
 }
 
 
@@ -294,8 +319,9 @@ def _host(team: Team, spec: DemoHost, created: dt.datetime) -> tuple[Host, str]:
     host.save()
     # Enrolled when its history begins, so "since" figures and commitments start there.
     Host.objects.filter(id=host.id, created_at__gt=created).update(created_at=created)
+    where = SITES[spec.site] if spec.site else _aws_site(spec.region)
     site, _ = Site.objects.get_or_create(
-        team=team, name=SITE["name"], defaults={k: v for k, v in SITE.items() if k != "name"}
+        team=team, name=where["name"], defaults={k: v for k, v in where.items() if k != "name"}
     )
     HostSite.objects.update_or_create(host=host, defaults={"site": site})
     if spec.name in ON_PREM_HARDWARE_USD:
@@ -412,6 +438,8 @@ def seed_fleet(
                 "name": f"{FLEET_MODEL} on {spec.model.name}",
                 "kind": WorkloadKind.INFERENCE,
                 "latency_critical": spec.story == "serving",
+                "served_model": FLEET_MODEL,
+                "p99_target_ms": spec.p99_target_ms,
                 "description": f"{FLEET_MODEL} served on {spec.gpus}x {spec.model.name}, "
                 "~180 output tokens per reply (simulated"
                 + (f"; {spec.note})" if spec.note else ")"),
