@@ -35,7 +35,7 @@ from greenops.alerts.models import (
     RuleValue,
     State,
 )
-from greenops.units import plural
+from greenops.units import amount, plural
 
 BREACH, HOLD, CLEAR, NODATA, ERROR = "breach", "hold", "clear", "nodata", "error"
 # Nothing to judge yet, and nothing wrong: a calendar window in its first hour, or a window
@@ -112,10 +112,7 @@ def compare(value: float, direction: str, fire: float, clear: float) -> str:
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
-    if v is None:
-        return "unknown"
-    text = f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
-    return f"{text} {unit}".strip()
+    return amount(v, unit)
 
 
 # --- what each kind sees ------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from greenops.alerts.models import (
     Rule,
     RuleKind,
 )
+from greenops.units import amount
 
 log = logging.getLogger(__name__)
 TAGS = {NotificationKind.FIRING: "FIRING", NotificationKind.RESOLVED: "RESOLVED",
@@ -91,7 +92,7 @@ def payload(rule: Rule, kind: str, value: float | None, detail: str, figure: dic
 
 
 def _line(p: dict) -> str:
-    value = "unknown" if p["value"] is None else f"{p['value']:,.4g} {p['unit']}".strip()
+    value = amount(p["value"], p["unit"])
     how = "measured" if p["measured"] else "estimated: " + "; ".join(p["estimated"])
     sim = " Includes SIMULATED data." if p.get("simulated") else ""
     return (f"[{TAGS.get(p['kind'], p['kind'])}] {p['rule']} ({p['scope']})\n"

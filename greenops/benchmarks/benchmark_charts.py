@@ -59,13 +59,15 @@ def kpi_history(points: list[dict], kpi: gate.Kpi, steps: list[dict] | None = No
                        "y0": 0, "y1": 1, "line": {"color": colour, "width": 2, "dash": "dash"}})
         notes.append({"x": at, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom",
                       "showarrow": False, "font": {"color": colour, "size": 12},
-                      "text": f"{'▲' if step['up'] else '▼'} {step['change_pct']:+.1f} %"})
+                      "text": f"{'▲' if step['up'] else '▼'} {step['change_pct']:+.1f} %"
+                              + (" (simulated)" if step.get("simulated") else "")})
     if steps:
         traces.append({"type": "scatter", "mode": "markers", "name": "change point (E-Divisive)",
                        "x": [f"{s['run'].short_commit} #{s['run'].id}" for s in steps],
                        "y": [s["after"] for s in steps],
                        "text": [f"{s['branch'] or 'no branch'}: stepped {s['change_pct']:+.1f} % "
                                 f"(median {s['before']:.4g} → {s['after']:.4g})"
+                                + (", simulated runs" if s.get("simulated") else "")
                                 for s in steps],
                        "marker": {"symbol": "diamond-open", "size": 16, "line": {"width": 2},
                                   "color": ["#b91c1c" if s["up"] else "#15803d"

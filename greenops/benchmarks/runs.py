@@ -285,21 +285,24 @@ def _e_divisive(values: tuple[float, ...]) -> tuple[changepoints.ChangePoint, ..
 
 def change_points(points: list[dict], kpi: str = gate.PRIMARY) -> list[dict]:
     """Where ``kpi`` (energy per inference by default) stepped, per branch and hardware, over
-    ``points`` (history() output, oldest first): E-Divisive means over the measured runs'
-    medians. Simulated runs and runs on other hardware are never part of a series."""
-    series: dict[tuple[str, str], list[BenchmarkRun]] = {}
+    ``points`` (history() output, oldest first): E-Divisive means over the runs' medians.
+    Measured and simulated runs are never in one series: simulated runs form series of their
+    own (a demo's or a dry run's history), whose steps say ``simulated``; runs on other hardware
+    are never part of a series either."""
+    series: dict[tuple[str, str, bool], list[BenchmarkRun]] = {}
     for p in points:
         run = p["run"]
-        if run.simulated or getattr(run, kpi) is None:
+        if getattr(run, kpi) is None:
             continue
-        series.setdefault((run.branch, run.hardware_key), []).append(run)
+        series.setdefault((run.branch, run.hardware_key, run.simulated), []).append(run)
     out = []
-    for (branch, hw), series_runs in series.items():
+    for (branch, hw, simulated), series_runs in series.items():
         values = tuple(float(getattr(r, kpi)) for r in series_runs)
         cuts = [0] + [cp.index for cp in _e_divisive(values)] + [len(values)]
         for k, cp in enumerate(_e_divisive(values), start=1):
             run = series_runs[cp.index]
             out.append({"run": run, "branch": branch, "hardware_key": hw, "kpi": kpi,
+                        "simulated": simulated,
                         "before": cp.before, "after": cp.after, "change_pct": cp.change_pct,
                         "size_pct": abs(cp.change_pct), "p_value": cp.p_value,
                         "up": cp.after > cp.before,

@@ -245,7 +245,10 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
         traits = rec.WorkloadTraits(w.name, w.kind, w.interruptible, w.checkpoint_interval_min,
                                     w.latency_critical)
         share = shares.get(w.id, {})
+        # A catalog on-demand rate to compare spot with: an on-premises host left at the
+        # default purchase option is priced from its hardware (no catalog price behind it).
         rows = [r for r in tu.rows if share.get(r.host.id) and r.price is not None
+                and r.price.price is not None
                 and r.host.purchase_option == PurchaseOption.ON_DEMAND]
         groups: dict[tuple[str, str], list[HostCost]] = defaultdict(list)
         for r in rows:

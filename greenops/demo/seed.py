@@ -68,13 +68,38 @@ TEAMS = {
 # One sample per GPU per minute: the minute rollups (idle minutes, GPU-minutes) then see every
 # minute as a real agent's would. Coarser history would understate idle cost.
 STEP_S = 60.0
-# AWS us-east-1: a hyperscaler PUE (AWS reports ~1.15 for its fleet); grid from the US table.
-SITE = {
-    "name": "AWS us-east-1",
-    "pue": 1.15,
-    "provider": "aws",
-    "region": "us-east-1",
-    "country": "USA",
+
+
+# AWS regions: a hyperscaler PUE (AWS reports ~1.15 for its fleet); grid from the US state
+# table (us-east-1: Virginia, us-west-2: Oregon).
+def _aws_site(region: str) -> dict:
+    return {
+        "name": f"AWS {region}",
+        "pue": 1.15,
+        "provider": "aws",
+        "region": region,
+        "country": "USA",
+    }
+
+
+SITE = _aws_site("us-east-1")
+# The inference fleet's own facilities: a colocation hall in Ashburn (a typical colo PUE of
+# 1.4) and a store's back office (no cooling overhead counted: PUE 1.0), both on Virginia's grid.
+SITES = {
+    "colo-ashburn": {
+        "name": "Colocation Ashburn VA (demo)",
+        "pue": 1.4,
+        "provider": "",
+        "region": "VA",
+        "country": "USA",
+    },
+    "edge-store": {
+        "name": "Store 0147 back office (demo)",
+        "pue": 1.0,
+        "provider": "",
+        "region": "VA",
+        "country": "USA",
+    },
 }
 
 
@@ -155,12 +180,69 @@ def backfill(
     return stored
 
 
-def store_bulk(batch: wire.Batch, gpu_ids: dict[int, int]) -> int:
+def backfill_rollups(
+    history: HostHistory, end: float, advance: Callable[[float], None] = lambda n: None
+) -> int:
+    """The host's history up to `end` as rollups only: the same samples drawn as backfill
+    draws them (the story and the energy accounting carry on into what follows), staged in a
+    temporary table and folded into the minute, hour and day rollups by ingest's own
+    statements, and never written as raw samples. Raw samples are kept RETAIN_RAW_SAMPLES_DAYS
+    (35 days) and read only by the live charts' last hours; the rollups are what every page
+    range, the KPI rollups (GPU-minutes are counted from minute rows, kept 14 weeks), costs,
+    alerts and the monthly report read. Whole hours and days only: `end` is a UTC midnight, so
+    no rollup bucket is shared with the full-resolution history after it (SQLite rebuilds a
+    touched bucket from raw samples). Returns the samples folded."""
+    folded, lo = 0, history.t
+    for batch in history.batches(end):
+        folded += (_fold_postgres if connection.vendor == "postgresql" else _stage_sqlite)(
+            batch, history.gpu_ids
+        )
+        advance(batch.n)
+    if connection.vendor != "postgresql" and history.t > lo:
+        rebuild_rollups([*history.gpu_ids.values()], lo, history.t, source=_SQLITE_STAGE)
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {_SQLITE_STAGE}")
+    return folded
+
+
+# ingest's fold (minute, hour and day rollups, the hours' and days' minute counts) read from the
+# stage with no INSERT into the samples before it. Each batch of HostHistory.batches holds whole
+# minutes, so a minute is never split across two folds (its util/idle flip is counted once).
+_PG_FOLD_ONLY = "WITH ins AS (SELECT 1 FROM gpusample_stage" + store._fold("gpusample_stage")
+_SQLITE_STAGE = "temp.demo_rollup_stage"
+
+
+def _fold_postgres(batch: wire.Batch, gpu_ids: dict[int, int]) -> int:
+    values, nulls = store.batch_columns(batch, gpu_ids)
+    payload = store.copy_binary(values, nulls, batch.n)
+    with transaction.atomic(), connection.cursor() as cursor:
+        store._ensure_stage(cursor)
+        with cursor.copy(
+            f"COPY gpusample_stage ({store.COLUMN_LIST}) FROM STDIN (FORMAT BINARY)"
+        ) as cp:
+            cp.write(payload)
+        cursor.execute(_PG_FOLD_ONLY)
+        cursor.execute("DELETE FROM gpusample_stage")
+    return batch.n
+
+
+def _stage_sqlite(batch: wire.Batch, gpu_ids: dict[int, int]) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {_SQLITE_STAGE.split('.')[1]} AS "
+            "SELECT * FROM telemetry_gpusample WHERE 0"
+        )
+    return store_bulk(batch, gpu_ids, table=_SQLITE_STAGE)
+
+
+def store_bulk(
+    batch: wire.Batch, gpu_ids: dict[int, int], table: str = "telemetry_gpusample"
+) -> int:
     """The samples of a batch in one bulk write. PostgreSQL: ingest's own COPY into the stage
     and one set-based fold into every rollup (greenops.telemetry.store), which is already bulk.
     SQLite: one executemany of the prepared rows, the rollups left to rebuild_rollups, once
     for the whole history instead of once per batch (ingest recounts each batch's buckets)."""
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql" and table == "telemetry_gpusample":
         return store.store_batch(batch, gpu_ids)
     values, nulls = store.batch_columns(batch, gpu_ids)
     columns = []
@@ -173,8 +255,7 @@ def store_bulk(batch: wire.Batch, gpu_ids: dict[int, int]) -> int:
     placeholders = ", ".join(["%s"] * len(store.SAMPLE_COLUMNS))
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.executemany(
-            f"INSERT OR IGNORE INTO telemetry_gpusample ({store.COLUMN_LIST}) "
-            f"VALUES ({placeholders})",
+            f"INSERT OR IGNORE INTO {table} ({store.COLUMN_LIST}) VALUES ({placeholders})",
             list(zip(*columns, strict=True)),
         )
         return cursor.rowcount
@@ -193,15 +274,19 @@ _SQLITE_COUNTS = f"""
 """
 
 
-def rebuild_rollups(gpu_ids: list[int], lo: float, hi: float) -> None:
-    """SQLite: the minute, hour and day rollups of these GPUs' samples in [lo, hi), each table
-    in one INSERT ... SELECT ... GROUP BY -- ingest's own statement (store._SQLITE_ROLLUP) --
-    and the minute counts in one grouped UPDATE."""
+def rebuild_rollups(
+    gpu_ids: list[int], lo: float, hi: float, source: str = "telemetry_gpusample"
+) -> None:
+    """SQLite: the minute, hour and day rollups of these GPUs' samples in [lo, hi) (read from
+    `source`: the samples table, or backfill_rollups' stage), each table in one INSERT ...
+    SELECT ... GROUP BY -- ingest's own statement (store._SQLITE_ROLLUP) -- and the minute
+    counts in one grouped UPDATE."""
     ids = ",".join(str(int(g)) for g in gpu_ids)
+    rollup_sql = store._SQLITE_ROLLUP.replace("FROM telemetry_gpusample", f"FROM {source}")
     with transaction.atomic(), connection.cursor() as cursor:
         for table, fmt, step in store._SQLITE_BUCKETS:
             bounds = [_sqlite_time(lo - lo % step), _sqlite_time(hi - hi % step + step)]
-            cursor.execute(store._SQLITE_ROLLUP.format(table=table, fmt=fmt, ids=ids), bounds)
+            cursor.execute(rollup_sql.format(table=table, fmt=fmt, ids=ids), bounds)
             if table != "telemetry_gpuminute":
                 cursor.execute(_SQLITE_COUNTS.format(table=table, fmt=fmt, ids=ids), bounds)
 
@@ -234,8 +319,9 @@ def _host(team: Team, spec: DemoHost, created: dt.datetime) -> tuple[Host, str]:
     host.save()
     # Enrolled when its history begins, so "since" figures and commitments start there.
     Host.objects.filter(id=host.id, created_at__gt=created).update(created_at=created)
+    where = SITES[spec.site] if spec.site else _aws_site(spec.region)
     site, _ = Site.objects.get_or_create(
-        team=team, name=SITE["name"], defaults={k: v for k, v in SITE.items() if k != "name"}
+        team=team, name=where["name"], defaults={k: v for k, v in where.items() if k != "name"}
     )
     HostSite.objects.update_or_create(host=host, defaults={"site": site})
     if spec.name in ON_PREM_HARDWARE_USD:
@@ -352,6 +438,8 @@ def seed_fleet(
                 "name": f"{FLEET_MODEL} on {spec.model.name}",
                 "kind": WorkloadKind.INFERENCE,
                 "latency_critical": spec.story == "serving",
+                "served_model": FLEET_MODEL,
+                "p99_target_ms": spec.p99_target_ms,
                 "description": f"{FLEET_MODEL} served on {spec.gpus}x {spec.model.name}, "
                 "~180 output tokens per reply (simulated"
                 + (f"; {spec.note})" if spec.note else ")"),
@@ -408,6 +496,21 @@ def _kpis(
                 advance(1)
             for day in sorted({floor_day(h) for h in hours}):
                 rollup.rollup_day(team, day)
+
+
+# Two resolutions: the last DETAIL_DAYS days (the live charts' hour, day and week ranges) as raw
+# samples and their rollups, as the agents would have sent them; everything older as the minute,
+# hour and day rollups alone (backfill_rollups: the same rows ingest's rollups hold for those
+# samples, without the raw samples, which no page reads that far back and retention drops after
+# RETAIN_RAW_SAMPLES_DAYS). Seeding the rollups alone costs a fraction of the raw samples.
+DETAIL_DAYS = 7
+
+
+def detail_start(start: float, end: float) -> float:
+    """Where the full-resolution history begins: the UTC midnight at or before DETAIL_DAYS
+    before `end` (whole days, so no hour or day rollup straddles the two resolutions)."""
+    t = end - DETAIL_DAYS * 86400
+    return max(start, t - t % 86400)
 
 
 def history_days(now: float) -> float:
@@ -504,8 +607,17 @@ def _history(
         dt.datetime.fromtimestamp(start, dt.UTC), dt.datetime.fromtimestamp(end + 86400, dt.UTC)
     )
     histories = [HostHistory(hosts[spec.name], spec, idle_since, start) for spec in HOSTS]
-    total = sum(h.gpus for h in HOSTS) * (end - start) / STEP_S
-    with progress.step("GPU samples and rollups", total, "samples") as advance:
+    gpus = sum(h.gpus for h in HOSTS)
+    detail = detail_start(start, end)
+    if detail > start:
+        with progress.step(
+            "Older history: rollups only", gpus * (detail - start) / STEP_S, "samples"
+        ) as advance:
+            for history in histories:
+                backfill_rollups(history, detail, advance=advance)
+    with progress.step(
+        f"Last {DETAIL_DAYS} days: GPU samples", gpus * (end - detail) / STEP_S, "samples"
+    ) as advance:
         for history in histories:
             backfill(history, end, advance=advance)
     serving = HOSTS[1]

@@ -14,6 +14,7 @@ import pytest
 from greenops.alerts import evaluate, notify
 from greenops.alerts.evaluate import BREACH, CLEAR, HOLD, next_state
 from greenops.alerts.models import Notification, State
+from greenops.units import amount
 from tests.support.alerts import NOW, email_channel, hour, make_rule, rollup
 
 pytestmark = pytest.mark.django_db
@@ -233,6 +234,31 @@ def test_budget_actual_fires_without_forecast(team):
     rollup(team, hour(12, day=2), co2e_g=2500)
     evaluate.run(rule, dt.datetime(2026, 11, 3, 0, 30, tzinfo=dt.UTC))
     assert rule.state == State.FIRING and rule.last_value == pytest.approx(5.5)
+
+
+def test_budget_line_prints_dollars_not_exponents(team):
+    """A $60,000 monthly spend budget used to read "6e+04 USD" (the line formatted every figure
+    with four significant digits)."""
+    rule = make_rule(
+        team, kind="budget", kpi="cost_usd", window="month", fire_level=60000, budget_forecast=False
+    )
+    # cost 45,000.25 + 1,234.5 = 46,234.75 $ -> "$46,235"; 46,234.75 / 60,000 = 77 %
+    rollup(team, hour(12, day=1), cost_usd=45000.25)
+    rollup(team, hour(12, day=2), cost_usd=1234.5)
+    evaluate.run(rule, dt.datetime(2026, 11, 3, 0, 30, tzinfo=dt.UTC))
+    assert "this month $46,235 of a $60,000 budget (77 %)" in rule.last_detail
+    assert "e+0" not in rule.last_detail
+
+
+def test_amounts_read_as_written():
+    # money: whole dollars from $1,000, cents below, four significant digits under a dollar
+    assert amount(60000, "USD") == "$60,000"
+    assert amount(12.5, "USD") == "$12.50"
+    assert amount(0.0123, "USD") == "$0.0123"
+    assert amount(-2500.4, "USD") == "-$2,500"
+    assert amount(60000, "kg CO2e") == "60,000 kg CO2e"
+    assert amount(3.5, "GPU-hours") == "3.5 GPU-hours"
+    assert amount(None, "USD") == "unknown"
 
 
 def test_forecast_arithmetic():

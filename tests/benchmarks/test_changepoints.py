@@ -82,7 +82,7 @@ def test_history_page_marks_the_commit_where_energy_stepped_up(client, team_role
     rng = np.random.default_rng(11)
     energy = _noisy(rng, 100.0, 8, 0.01) + _noisy(rng, 118.0, 6, 0.01)  # +18 % at run 8
     stored = [_store(team, f"{i:04d}beef", j) for i, j in enumerate(energy)]
-    # Another branch and simulated runs are never part of main's series.
+    # Another branch and a lone simulated run are never part of main's measured series.
     _store(team, "feed0001", 300.0, branch="bigger-model")
     _store(team, "5150beef", 500.0, source="simulated")
     # Per-run energy is each run's median of its repeats: 0.100 J -> 0.118 J per inference.
@@ -107,3 +107,32 @@ def test_history_page_marks_the_commit_where_energy_stepped_up(client, team_role
     # On another branch's page alone: no step.
     html = client.get(f"/teams/{team.slug}/benchmarks/ranker/?branch=bigger-model").content
     assert b"No step found on bigger-model" in html
+
+
+def test_a_wholly_simulated_history_finds_its_step_labelled_simulated(client, team_roles, team,
+                                                                      ranker):
+    """A demo's (or a dry run's) history is all simulated runs: the step is found among them,
+    said to be simulated on the page and the chart, and the measured runs of the same branch
+    and hardware form a series of their own (no mixing: their flat series shows no step)."""
+    rng = np.random.default_rng(11)
+    energy = _noisy(rng, 100.0, 8, 0.01) + _noisy(rng, 118.0, 6, 0.01)  # +18 % at run 8
+    stored = [_store(team, f"{i:04d}5eed", j, source="simulated") for i, j in enumerate(energy)]
+    # 6 measured runs at 118 J, flat: were they mixed in after the simulated ones, the step
+    # would still be at run 8 but over 8 before and 12 after -- the assertion below says 6.
+    for i in range(6):
+        _store(team, f"{i:04d}cafe", 118.0)
+    [step] = runs.change_points(runs.history(ranker))
+    assert step["simulated"] and step["run"] == stored[8] and step["up"]
+    assert (step["runs_before"], step["runs_after"]) == (8, 6)
+    # medians 0.100 -> 0.118 J per inference: +18 % (noise 1 % each side)
+    assert step["change_pct"] == pytest.approx(18.0, abs=1.5)
+
+    client.force_login(team_roles["viewer"])
+    html = client.get(f"/teams/{team.slug}/benchmarks/ranker/").content.decode()
+    section = html.split('id="change-points"')[1].split("</section>")[0]
+    assert f"Stepped up {step['size_pct']:.1f} %</strong> " \
+           '<span class="verdict simulated">simulated runs</span>' in section
+    assert "No step found" not in section
+    fig = json.loads(html.split('id="fig-energy_per_inference_j" type="application/json">')[1]
+                     .split("</script>")[0])
+    assert fig["layout"]["annotations"][0]["text"].endswith("% (simulated)")

@@ -97,6 +97,37 @@ def test_demo_fleet_is_priced_with_idle_cost_and_recommendations(demo):
 
 
 @seeded_group
+def test_demo_fleet_advice_compares_accelerators_and_advises_replicas(demo, client):
+    """The inference fleet's advice shows figures, not unknown: the same model on H100, MI300X,
+    Inferentia2 and a Jetson compared per inference, the cheapest (the MI300X bought outright)
+    not the greenest (the H100s on Oregon's grid, 166 g/kWh against Virginia's 245), and the
+    H100 service's replicas sized from the hours its p99 met the 4 s target."""
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.get(username="demo"))
+    url = "/api/v1/teams/inference/workloads/{}/fleet-advice"
+    data = client.get(url.format("llama-8b-h100"), {"range": "week"}).json()
+    acc = data["accelerators"]
+    assert acc["model"] == "llama-3.1-8b-instruct" and not acc.get("unknown"), acc
+    assert {r["workload"] for r in acc["rows"] if r["compared"]} == {
+        "llama-8b-h100",
+        "llama-8b-mi300x",
+        "llama-8b-inf2",
+        "llama-8b-orin-edge",
+    }
+    for row in acc["rows"]:
+        assert row["usd_per_1k_inferences"] > 0 and row["co2e_g_per_1k_inferences"] > 0, row
+    assert (acc["cheapest"], acc["greenest"]) == ("llama-8b-mi300x", "llama-8b-h100")
+    assert any(m["usd_saved_per_month"] for m in acc["moves"])
+    rep = data["replicas"]
+    assert rep is not None and rep["unknown"] is None, rep
+    assert rep["replicas_now"] == 8 and rep["needed"] >= 1
+    assert rep["capacity_per_replica_per_s"] > 0
+    assert True in [h["meets_target"] for h in rep["hours"]]
+    assert False in [h["meets_target"] for h in rep["hours"]]
+
+
+@seeded_group
 def test_demo_energy_per_inference_is_plausible_for_an_8b_model(demo):
     from greenops.kpis import queries
     from greenops.workloads.models import Workload

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.support import ROOT
 from tests.support.embedded import embedded_env
 
@@ -20,8 +22,13 @@ START = END - 190 * 60
 ROWS = {"telemetry_gpusample": 1520, "telemetry_gpuminute": 1520, "telemetry_gpuhour": 32}
 
 
-def _check(result: dict) -> None:
+def _check(result: dict, way: str = "bulk") -> None:
     for table, expected in ROWS.items():
+        if way == "rollups" and table == "telemetry_gpusample":
+            # The older history's rollups alone: no raw sample stored, where ingest stored all.
+            assert result[table]["rows"] == 0, result[table]
+            assert result[table]["ingest_rows"] == expected, result[table]
+            continue
         assert result[table]["rows"] == expected, (table, result[table])
     assert result["telemetry_gpuday"]["rows"] in (8, 16)  # one day, or two across midnight
     assert all(not r["diff"] for r in result.values()), result
@@ -33,15 +40,24 @@ def test_bulk_seed_matches_ingest_on_postgresql(db):
     _check(compare(START, END))
 
 
-def test_bulk_seed_matches_ingest_on_sqlite(tmp_path, sqlite_migrated):
+def test_rollups_only_seed_matches_ingest_on_postgresql(db):
+    """The older history seeded as rollups alone: the minute, hour and day rows (sums, maxima,
+    energy, util and idle minute counts) are exactly ingest's for the same samples."""
+    from tests.support.demo_paths import compare
+
+    _check(compare(START, END, "rollups"), "rollups")
+
+
+@pytest.mark.parametrize("way", ["bulk", "rollups"])
+def test_bulk_seed_matches_ingest_on_sqlite(tmp_path, sqlite_migrated, way):
     env = embedded_env(tmp_path, sqlite_migrated)
     code = (
         "import django, json; django.setup(); "
         "from tests.support.demo_paths import compare; "
-        f"print(json.dumps(compare({START}, {END})))"
+        f"print(json.dumps(compare({START}, {END}, {way!r})))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    _check(json.loads(done.stdout.strip().splitlines()[-1]))
+    _check(json.loads(done.stdout.strip().splitlines()[-1]), way)

@@ -7,6 +7,7 @@ import datetime as dt
 
 import pytest
 
+from greenops.costs.models import HostCostConfig
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.workloads.models import Workload
 from tests.support.costs import END, NOW, add_hours, enrolled, set_price
@@ -167,3 +168,24 @@ def test_spot_advice_uses_the_latest_stored_spot_price_and_says_since_when(team,
     stamp = changed.strftime("%Y-%m-%d %H:%M")
     assert f"Spot at $6.5000/h: the latest price, in force since {stamp} UTC" in \
         spot["reasoning"]
+
+
+def test_an_on_prem_host_left_on_demand_gets_no_spot_advice_and_no_crash(team):
+    """An on-premises server enrolled with provider on_prem but the default purchase option
+    (on_demand): its price is the amortised hardware (no catalog price behind it), so there is
+    no on-demand rate to compare spot with. It used to raise AttributeError (None.usd_per_hour)
+    and take the whole recommendations list down with it."""
+    host, _ = make_host(team, name="rack-7")
+    host.provider, host.instance_type = "on_prem", ""
+    host.save()
+    assert host.purchase_option == "on_demand"
+    # $36,000 over 36 months = 1,000 $/month = 1000 / 730 = 1.3699 $/h
+    HostCostConfig.objects.create(host=host, hardware_usd=36000, amortisation_months=36)
+    for g in host.gpus.all():
+        add_hours(g, 100, 80.0)
+    w = Workload.objects.create(
+        team=team, name="batch", kind="training", interruptible=True, checkpoint_interval_min=30
+    )
+    w.hosts.add(host)
+    found = recs(team)
+    assert [r for r in found if r["kind"] in ("spot", "stay_on_demand")] == []
