@@ -17,4 +17,6 @@ RUN pip install -e . && python manage.py collectstatic --noinput
 RUN useradd --system --uid 1000 greenops && mkdir -p /app/var && chown greenops /app/var
 USER greenops
 EXPOSE 8000
-CMD ["gunicorn", "greenops.wsgi", "--bind", "0.0.0.0:8000", "--access-logfile", "-"]
+# gthread keeps client (or proxy) connections open; see docker-compose.yml's web service.
+CMD ["gunicorn", "greenops.wsgi", "--bind", "0.0.0.0:8000", "--worker-class", "gthread", \
+     "--threads", "2", "--keep-alive", "75", "--access-logfile", "-"]

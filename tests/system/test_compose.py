@@ -5,6 +5,7 @@ one beat, and every command names a program and module that exist here."""
 from __future__ import annotations
 
 import importlib
+import json
 import shlex
 import shutil
 import sys
@@ -110,6 +111,27 @@ def test_one_beat_and_several_web_processes():
     assert env["WEB_CONCURRENCY"].startswith("${WEB_CONCURRENCY:-")
     default = int(env["WEB_CONCURRENCY"].split(":-")[1].rstrip("}"))
     assert default >= 2
+
+
+def dockerfile_cmd() -> list[str]:
+    """The Dockerfile's CMD (exec form, possibly continued over lines with a backslash)."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    line = next(ln for ln in text.splitlines() if ln.startswith("CMD "))
+    return json.loads(line.removeprefix("CMD "))
+
+
+def test_web_keeps_connections_open():
+    """gunicorn's default sync worker closes the connection after every response: each POST of
+    a batch then pays a TCP connection and a new request parser (a third of the web's CPU per
+    batch at 80 samples, bench/ingest). Both ways the image starts gunicorn use gthread with a
+    keep-alive longer than a proxy's usual 60 s idle timeout, so gunicorn never closes a
+    connection just as the proxy reuses it."""
+    for words in (argv(services()["web"]), dockerfile_cmd()):
+        assert words[0] == "gunicorn" or "gunicorn" in words, words
+        assert option(words, "--worker-class", "-k") == "gthread", words
+        assert int(option(words, "--threads") or 1) >= 2, words
+        assert int(option(words, "--keep-alive")) > 60, words
+        assert option(words, "--workers", "-w") is None  # WEB_CONCURRENCY decides
 
 
 @pytest.mark.parametrize("name", list(services()))
