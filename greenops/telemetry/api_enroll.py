@@ -53,7 +53,8 @@ class EnrolledOut(Schema):
                  "type": "object", "required": ["token", "hostname", "gpus"],
                  "properties": {"token": {"type": "string"},
                                 "hostname": {"type": "string", "minLength": 1,
-                                             "maxLength": enrollment.HOSTNAME_MAX},
+                                             "maxLength": enrollment.HOSTNAME_MAX,
+                                             "pattern": "\\S"},  # not only spaces
                                 "agent_version": {"type": "string"},
                                 "facts": {"type": "object"},
                                 "gpus": {"type": "array", "minItems": 1,

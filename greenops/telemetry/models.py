@@ -168,6 +168,16 @@ class Gpu(models.Model):
     def __str__(self) -> str:
         return f"{self.host.name}/gpu{self.index}"
 
+    def save(self, *args, **kwargs) -> None:
+        # A row made without the agent's inventory (admin, the demo, a factory) is labelled
+        # from its model name as the inventory would label it, so the next inventory with the
+        # same GPUs finds nothing changed (a Gpu save makes every stored cost figure stale).
+        if not self.vendor and self.name and kwargs.get("update_fields") is None:
+            derived_kind, self.vendor = device_kind_of(self.name)
+            if self.kind == DeviceKind.GPU:
+                self.kind = derived_kind
+        super().save(*args, **kwargs)
+
     @property
     def noun(self) -> str:
         """ "GPU", "accelerator" or "edge module": what a page calls this device."""

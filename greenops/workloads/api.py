@@ -66,7 +66,10 @@ WORKLOAD_SCHEMA = {
         "p99_target_ms": {"type": ["number", "null"], "minimum": 0.001,
                           "description": "p99 latency objective in ms; the advisor sizes "
                                          "replicas for it"},
-        "match_process": text(128), "match_namespace": text(63), "match_pod_prefix": text(253),
+        # A process name pattern has no spaces or control characters (WorkloadForm); the schema
+        # states the printable-ASCII part of that, which every real process name is.
+        "match_process": text(128, pattern="^[!-~]*$"), "match_namespace": text(63),
+        "match_pod_prefix": text(253),
     },
 }
 # What jobs.start_job accepts; the workload, host and GPUs must be the team's (state).

@@ -44,6 +44,9 @@ def test_costs_page_shows_costs_and_steady_advice(live_server, page, users, team
     # 14 days of history: no commitment, and the page says why
     assert "14 days measured; commitments need 30" in table.inner_text()
     stop = page.locator('tr[data-kind="stop_idle"]')
+    # The reasoning is folded under a disclosure; opened, it names the host and its region.
+    assert "CO2e with serve-idle (us-east-1)" not in stop.inner_text()
+    stop.locator("details summary").first.click()
     assert "serve-idle" in stop.inner_text() and "CO2e with serve-idle (us-east-1)" in \
         stop.inner_text()
     # the bundled snapshot's p4d on-demand price, $21.957642/h (as of 2026-11-09):

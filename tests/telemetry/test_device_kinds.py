@@ -104,7 +104,7 @@ def test_a_bad_kind_or_vendor_is_a_422_naming_it_and_nothing_changes(client, hos
 
 @pytest.mark.django_db
 def test_the_migration_labels_rows_registered_before_kinds(host):
-    migration = importlib.import_module("greenops.telemetry.migrations.0015_device_kind_vendor")
+    migration = importlib.import_module("greenops.telemetry.migrations.0016_device_kind_vendor")
     h, _ = host
     Gpu.objects.filter(host=h, index=0).update(name="AWS Trainium")  # kind left at its default
     Gpu.objects.create(host=h, index=5, name="NVIDIA Jetson AGX Orin 64GB")

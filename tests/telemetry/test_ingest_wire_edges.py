@@ -177,12 +177,13 @@ def test_timestamps_are_rounded_to_the_microsecond():
 
 
 def test_every_source_is_accepted_and_nothing_else():
-    for source in ("nvml", "simulated", "dcgm"):
+    sources = ("nvml", "simulated", "dcgm", "amd-smi", "neuron-monitor", "tegrastats")
+    for source in sources:
         assert parse({**doc_of(), "source": source}).source == source
     assert refusal(parse, {**doc_of(), "source": "NVML"}) == invalid(
-        "source", "must be one of nvml, simulated, dcgm")
+        "source", "must be one of " + ", ".join(sources))
     assert refusal(parse, {k: v for k, v in doc_of().items() if k != "source"}) == invalid(
-        "source", "must be one of nvml, simulated, dcgm")
+        "source", "must be one of " + ", ".join(sources))
 
 
 # --- hostile input from the agent's own encoder ------------------------------------------------
