@@ -158,7 +158,10 @@ _REPLICA_SQL = (
     "SELECT pg_is_in_recovery(), pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0')::bigint, "
     "extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8"
 )
-_PRIMARY_LSN_SQL = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+# The insert position, not pg_current_wal_lsn() (the write position): with asynchronous commit
+# (synchronous_commit = off) a commit's record can still be in the WAL buffers when the
+# response pins the user, and a pin short of it let the replica serve the old row.
+_PRIMARY_LSN_SQL = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"
 
 _state: ReplicaState | None = None
 _caught_up: float | None = None  # monotonic time the replica last had all the primary had

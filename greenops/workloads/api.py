@@ -68,9 +68,16 @@ WORKLOAD_SCHEMA = {
                                          "replicas for it"},
         # A process name pattern has no spaces or control characters (WorkloadForm); the schema
         # states the printable-ASCII part of that, which every real process name is.
-        "match_process": text(128, pattern="^[!-~]*$"), "match_namespace": text(63),
-        "match_pod_prefix": text(253),
+        "match_process": text(128, pattern="^[!-~]*$"),
+        # As WorkloadForm checks them: a DNS label, and a pod name prefix that needs its
+        # namespace.
+        "match_namespace": text(63, pattern="^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"),
+        "match_pod_prefix": text(253, pattern="^([a-z0-9][-a-z0-9.]*)?$"),
     },
+    "if": {"required": ["match_pod_prefix"],
+           "properties": {"match_pod_prefix": {"minLength": 1}}},
+    "then": {"required": ["match_namespace"],
+             "properties": {"match_namespace": {"minLength": 1}}},
 }
 # What jobs.start_job accepts; the workload, host and GPUs must be the team's (state).
 JOB_SCHEMA = {

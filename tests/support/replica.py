@@ -218,7 +218,7 @@ class Replica:
         work loads the same cluster (benchmarks beside the suite) faster than a loaded machine
         replays it, the wait fails, saying how much WAL the cluster wrote meanwhile."""
         with self._primary() as primary:
-            lsn = str(primary.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
+            lsn = str(primary.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0])
         try:
             wait_for(f"the replica to replay up to {lsn}", lambda: self.replayed(lsn), timeout)
         except AssertionError as exc:
