@@ -36,8 +36,9 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from collectors.dcgm import BOUNDS
+from collectors.dcgm import BOUNDS, bounded
 from collectors.sources import GpuInfo, Reading
+from collectors.streamed import json_path
 
 log = logging.getLogger(__name__)
 
@@ -97,19 +98,6 @@ def figure(node: Any, units: dict[str, float]) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _path(doc: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(doc, dict):
-            return None
-        doc = doc.get(key)
-    return doc
-
-
-def _bounded(name: str, value: float | None) -> float | None:
-    lo, hi = BOUNDS[name]
-    return value if value is not None and lo <= value <= hi else None
-
-
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -120,24 +108,24 @@ def reading(g: dict) -> Reading:
     gfx = [
         c
         for name, node in sorted(clocks.items())
-        if name.startswith("gfx_") and (c := figure(_path(node, "clk"), _MHZ)) is not None
+        if name.startswith("gfx_") and (c := figure(json_path(node, "clk"), _MHZ)) is not None
     ]
-    temp = figure(_path(g, "temperature", "hotspot"), _C)
+    temp = figure(json_path(g, "temperature", "hotspot"), _C)
     if temp is None:
-        temp = figure(_path(g, "temperature", "edge"), _C)
-    energy_j = figure(_path(g, "energy", "total_energy_consumption"), _J)
+        temp = figure(json_path(g, "temperature", "edge"), _C)
+    energy_j = figure(json_path(g, "energy", "total_energy_consumption"), _J)
     energy_mj = round(energy_j * 1000.0) if energy_j is not None and energy_j >= 0 else None
     if energy_mj is not None and energy_mj > BOUNDS["energy_mj"][1]:
         energy_mj = None
     return Reading(
-        _bounded("util_pct", figure(_path(g, "usage", "gfx_activity"), _PCT)),
-        _bounded("mem_used_mib", figure(_path(g, "mem_usage", "used_vram"), _MIB)),
-        _bounded("power_w", figure(_path(g, "power", "socket_power"), _W)),
+        bounded("util_pct", figure(json_path(g, "usage", "gfx_activity"), _PCT)),
+        bounded("mem_used_mib", figure(json_path(g, "mem_usage", "used_vram"), _MIB)),
+        bounded("power_w", figure(json_path(g, "power", "socket_power"), _W)),
         energy_mj,
-        _bounded("temp_c", temp),
-        _bounded("sm_clock_mhz", _mean(gfx)),
-        mem_util_pct=_bounded("mem_util_pct", figure(_path(g, "usage", "umc_activity"), _PCT)),
-        mem_clock_mhz=_bounded("mem_clock_mhz", figure(_path(clocks, "mem_0", "clk"), _MHZ)),
+        bounded("temp_c", temp),
+        bounded("sm_clock_mhz", _mean(gfx)),
+        mem_util_pct=bounded("mem_util_pct", figure(json_path(g, "usage", "umc_activity"), _PCT)),
+        mem_clock_mhz=bounded("mem_clock_mhz", figure(json_path(clocks, "mem_0", "clk"), _MHZ)),
     )
 
 
@@ -151,20 +139,20 @@ def inventory(static: Any, listing: Any, metric: Any) -> list[GpuInfo]:
     out = []
     for index in sorted(set(statics) | set(metrics)):
         s, m = statics.get(index, {}), metrics.get(index, {})
-        name = _path(s, "asic", "market_name")
-        limit = figure(_path(s, "limit", "max_power"), _W)
+        name = json_path(s, "asic", "market_name")
+        limit = figure(json_path(s, "limit", "max_power"), _W)
         if limit is None:
-            limit = figure(_path(s, "limit", "socket_power"), _W)
+            limit = figure(json_path(s, "limit", "socket_power"), _W)
         uuid = uuids.get(index)
         out.append(
             GpuInfo(
                 index=index,
                 uuid=uuid if isinstance(uuid, str) and uuid else f"amd-gpu-{index}",
                 name=name if isinstance(name, str) and name else "AMD GPU",
-                power_limit_w=_bounded("power_limit_w", limit),
-                memory_total_mib=_int(figure(_path(s, "vram", "size"), _MIB)),
-                max_sm_clock_mhz=figure(_path(m, "clock", "gfx_0", "max_clk"), _MHZ),
-                max_mem_clock_mhz=figure(_path(m, "clock", "mem_0", "max_clk"), _MHZ),
+                power_limit_w=bounded("power_limit_w", limit),
+                memory_total_mib=_int(figure(json_path(s, "vram", "size"), _MIB)),
+                max_sm_clock_mhz=figure(json_path(m, "clock", "gfx_0", "max_clk"), _MHZ),
+                max_mem_clock_mhz=figure(json_path(m, "clock", "mem_0", "max_clk"), _MHZ),
                 kind="gpu",
                 vendor="amd",
             )

@@ -390,3 +390,10 @@ def open_gpu_source(nvml_lib: str | None, target: Any | None, scrape_interval: f
         nvml.close()
     log.info("%s; every GPU figure comes from dcgm-exporter at %s", why, target.url)
     return DcgmSource(scraper, refresh_s=scrape_interval / 2)
+
+
+def bounded(name: str, value: float | None) -> float | None:
+    """The value where it is physically plausible for the field (BOUNDS), else None: a broken
+    reading is unknown, never stored (every source of the agent checks its readings here)."""
+    lo, hi = BOUNDS[name]
+    return value if value is not None and lo <= value <= hi else None

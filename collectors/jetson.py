@@ -29,7 +29,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from collectors.dcgm import BOUNDS
+from collectors.dcgm import bounded
 from collectors.sources import GpuInfo, Reading
 from collectors.streamed import LineStream
 
@@ -68,23 +68,18 @@ def parse_line(line: str) -> Reading | None:
         power_mw = sum(rails.values())
     t = float(temp.group(1)) if temp is not None else None
     return Reading(
-        _bounded("util_pct", util),
-        _bounded("mem_used_mib", float(ram.group(1))),
-        _bounded("power_w", power_mw / 1000.0 if power_mw is not None else None),
+        bounded("util_pct", util),
+        bounded("mem_used_mib", float(ram.group(1))),
+        bounded("power_w", power_mw / 1000.0 if power_mw is not None else None),
         None,  # no energy counter on Jetson
-        _bounded("temp_c", t if t is not None and t > -256 else None),
-        _bounded("sm_clock_mhz", clock),
+        bounded("temp_c", t if t is not None and t > -256 else None),
+        bounded("sm_clock_mhz", clock),
     )
 
 
 def ram_total_mib(line: str) -> int | None:
     m = _RAM.search(line)
     return int(m.group(2)) if m else None
-
-
-def _bounded(name: str, value: float | None) -> float | None:
-    lo, hi = BOUNDS[name]
-    return value if value is not None and lo <= value <= hi else None
 
 
 def board_model(path: Path = MODEL_PATH) -> str:

@@ -40,9 +40,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from collectors.dcgm import BOUNDS
+from collectors.dcgm import bounded
 from collectors.sources import GpuInfo, Reading
-from collectors.streamed import LineStream
+from collectors.streamed import LineStream, json_path
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,8 @@ def parse_report(doc: Any, hw: Hardware) -> dict[int, Reading]:
                     util[c] = util.get(c, 0.0) + u
         used = report.get("memory_used")
         per_core = (
-            _path(used, "neuron_runtime_used_bytes", "usage_breakdown", "neuroncore_memory_usage")
+            json_path(used, "neuron_runtime_used_bytes", "usage_breakdown",
+                      "neuroncore_memory_usage")
             if _ok(used)
             else None
         )
@@ -140,8 +141,8 @@ def parse_report(doc: Any, hw: Hardware) -> dict[int, Reading]:
         u = (sum(min(100.0, util.get(c, 0.0)) for c in cores) / per) if counted else None
         m = sum(mem.get(c, 0.0) for c in cores) / MIB if any_mem else None
         out[d] = Reading(
-            _bounded("util_pct", u),
-            _bounded("mem_used_mib", m),
+            bounded("util_pct", u),
+            bounded("mem_used_mib", m),
             None,
             None,  # no energy counter: energy is integrated power, or unknown
             None,
@@ -163,19 +164,6 @@ def sysfs_power_w(text: str, max_power_w: float, now_s: float) -> float | None:
     if not (math.isfinite(avg) and 0 <= avg <= 100) or not 0 <= now_s - ts <= POWER_MAX_AGE_S:
         return None
     return avg / 100.0 * max_power_w
-
-
-def _path(doc: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(doc, dict):
-            return None
-        doc = doc.get(key)
-    return doc
-
-
-def _bounded(name: str, value: float | None) -> float | None:
-    lo, hi = BOUNDS[name]
-    return value if value is not None and lo <= value <= hi else None
 
 
 class NeuronSource:
@@ -221,7 +209,7 @@ class NeuronSource:
         with self._lock:
             if self._hw is None or self._hw.devices == 0:
                 self._hw = Hardware(doc.get("neuron_hardware_info"))
-                self._instance = str(_path(doc, "instance_info", "instance_id") or "")
+                self._instance = str(json_path(doc, "instance_info", "instance_id") or "")
             if self._hw.devices == 0:
                 return False
             self._fresh = parse_report(doc, self._hw)
@@ -256,7 +244,7 @@ class NeuronSource:
         except (OSError, UnicodeDecodeError):
             return r
         p = sysfs_power_w(text, self._max_power_w, self._wall())
-        return r._replace(power_w=_bounded("power_w", p))
+        return r._replace(power_w=bounded("power_w", p))
 
     def close(self) -> None:
         if self._stream is not None:

@@ -13,6 +13,7 @@ import logging
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +64,13 @@ class LineStream:
                 self._proc.wait(timeout=2.0)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
+
+
+def json_path(doc: Any, *keys: str) -> Any:
+    """doc[k1][k2]... through nested JSON objects; None where a level is missing or not an
+    object (a tool's output that lacks a field, or has another shape)."""
+    for key in keys:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(key)
+    return doc
