@@ -100,6 +100,11 @@ NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 def pod_list(request: HttpRequest, team: Team) -> HttpResponse:
     """Kubernetes pods as workloads: each pod's share of the GPU-hours it held, in J, $ and
     CO2e (greenops.workloads.pods), and the namespace -> team map for the team's nodes."""
+    return _pods_page(request, team)
+
+
+def _pods_page(request: HttpRequest, team: Team, error: str | None = None,
+               typed: str = "") -> HttpResponse:
     key = range_from_request(request, POD_RANGES, default="day")
     # Mapping is for the team whose nodes run the pods: a team without hosts has none to map.
     can_map = "workloads.manage" in request.team_actions and \
@@ -110,11 +115,8 @@ def pod_list(request: HttpRequest, team: Team) -> HttpResponse:
         "mappings": team.namespace_mappings.select_related("team") if can_map else [],
         "my_teams": Team.objects.filter(memberships__user=request.user).order_by("name")
         if can_map else [],
-    })
-
-
-def _bad(field: str, message: str) -> HttpResponse:
-    return HttpResponseBadRequest(f"{field}: {message}", content_type="text/plain")
+        "map_error": error, "typed_namespace": typed,
+    }, status=400 if error else 200)
 
 
 @require_POST
@@ -124,11 +126,13 @@ def namespace_map(request: HttpRequest, team: Team) -> HttpResponse:
     sees the namespace's pods (and nothing else of the nodes)."""
     namespace = request.POST.get("namespace", "").strip()
     if not NAMESPACE_RE.match(namespace):
-        return _bad("namespace", "a Kubernetes namespace: at most 63 lower-case letters, "
-                    "digits and '-', starting and ending with a letter or digit")
+        return _pods_page(request, team, "Namespace: a Kubernetes namespace is at most 63 "
+                          "lower-case letters, digits and '-', starting and ending with a letter "
+                          "or digit.", namespace[:63])
     target = Team.objects.filter(slug=request.POST.get("team", "")[:100]).first()
     if target is None or not Membership.objects.filter(team=target, user=request.user).exists():
-        return _bad("team", "a team you are a member of")
+        return _pods_page(request, team, "Team: choose a team you are a member of.",
+                          namespace)
     NamespaceTeam.objects.update_or_create(owner=team, namespace=namespace,
                                            defaults={"team": target})
     audit.record(team, request.user, AuditEvent.Action.WORKLOAD_CHANGED,
