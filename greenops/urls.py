@@ -58,20 +58,22 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if isinstance(exc, (OperationalError, InterfaceError)):
         log.warning("503 reference %s for %s %s: database unreachable: %s", reference,
                     request.method, request.path, exc)
-        try:
-            body = loader.get_template("503_database.html").render(
-                {"reference": reference, "retry_after_s": DATABASE_RETRY_AFTER_S})
-        except Exception:  # a broken template must not turn the 503 into a crash
-            body = f"<h1>Database unreachable</h1><p>Reference {reference}</p>"
+        body = _bare_page("503_database.html", "Database unreachable", reference,
+                          retry_after_s=DATABASE_RETRY_AFTER_S)
         response = HttpResponse(body, status=503)
         response["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
         return response
     log.error("500 reference %s for %s %s", reference, request.method, request.path, exc_info=True)
+    return HttpResponseServerError(_bare_page("500.html", "Server error", reference))
+
+
+def _bare_page(template: str, title: str, reference: str, **context) -> str:
+    """An error page rendered without a request or the database; a bare line if even the
+    template fails (a broken template must not turn the error page into a crash)."""
     try:
-        body = loader.get_template("500.html").render({"reference": reference})
-    except Exception:  # a broken template must not turn the 500 into a crash
-        body = f"<h1>Server error</h1><p>Reference {reference}</p>"
-    return HttpResponseServerError(body)
+        return loader.get_template(template).render({"reference": reference, **context})
+    except Exception:
+        return f"<h1>{title}</h1><p>Reference {reference}</p>"
 
 
 handler500 = server_error
