@@ -30,14 +30,11 @@ run.py) and mutmut's own mutants, but one session:
    timeout, 33 no tests), so `run.py`'s summary and `mutmut results` agree; the summary is
    printed and written to var/mutation/<name>/summary.txt.
 
-A transactional test (transaction=True) flushes the test database at its end, emptying the
-price catalog the data migrations loaded; the runner reloads it after each such test (the
-same repair as tests/conftest.py's `_price_catalog_after_a_flush`), so tests that need the
-catalog never meet it empty, and stops if a later repair leaves other row counts than the
-first. The reloaded catalog has more price periods than the migrated one (the snapshots'
-changes recorded as periods), as in any run after a transactional test -- mutmut's sessions
-with --reuse-db included; a map whose tests need the migrated catalog to the row keeps
-transactional tests out (cost-accounting's does).
+A transactional test (transaction=True) empties the test database at its end; tests/conftest.py
+(`reset_to_migrated`) puts back every row the migrations left, the bundled price catalog with
+its price periods included. The runner still checks after each such test that the catalog has
+the row counts it had before the first (and reloads the snapshots if it finds none, as an older
+conftest did), and stops if a later test leaves other counts.
 
 Validated (issue 16): on cost-accounting the verdicts of mutmut itself, run by name, for a
 killed and two surviving mutants were the same (on wire too: `parse_batch` 66 killed, 67 and
