@@ -85,8 +85,9 @@ class HttpTransport:
     """POSTs to one server over one kept connection (HTTP/1.1 keep-alive), reopened on error.
 
     A connection per POST cost the server a TCP accept, a socket and a request parser for every
-    batch: at the agent's batch size (80 samples) that was about a third of the web's CPU per
-    POST (docs/capacity.md, sync against gthread). The connection is dropped after anything
+    batch: at the agent's batch size (80 samples) gunicorn (gthread) spent 1.24-1.35 ms of CPU
+    per POST from urllib's connection per POST against 1.16-1.25 over kept connections
+    (bench/ingest, three pairs on a shared machine). The connection is dropped after anything
     but a clean 2xx/4xx answer read to its end (a network error, a timeout, an answer the
     server marks ``Connection: close``, a 413 after which gunicorn closes it without saying
     so), and the next call opens a new one. A POST that fails to get any answer on a connection
