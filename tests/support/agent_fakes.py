@@ -13,6 +13,7 @@ import gzip
 import http.server
 import json
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -256,6 +257,11 @@ class FakeServer:
     ``script`` is a list of (status, headers, body) answers consumed one per samples POST;
     once it is empty every batch gets 202. Duplicate batch ids are answered "duplicate", as
     the real server does, and counted, so tests can assert exactly-once delivery.
+
+    ``keep_alive``: answer in HTTP/1.1 and keep each connection for the next request, as
+    gunicorn's gthread worker does (``connections`` counts those accepted); ``stop`` then
+    closes the kept ones too, as a server that goes away does. Otherwise HTTP/1.0, a
+    connection per request.
     """
 
     port: int = 0
@@ -265,10 +271,13 @@ class FakeServer:
     accepted: list[dict] = field(default_factory=list)  # batch documents answered 202 queued
     host_samples: list[dict] = field(default_factory=list)  # POST /api/v1/host-samples docs
     duplicates: int = 0
+    keep_alive: bool = False
+    connections: int = 0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._httpd: http.server.ThreadingHTTPServer | None = None
+        self._open: set = set()  # sockets of the connections being served
 
     @property
     def url(self) -> str:
@@ -278,6 +287,19 @@ class FakeServer:
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
+
+            def setup(self) -> None:
+                super().setup()
+                with fake._lock:
+                    fake.connections += 1
+                    fake._open.add(self.connection)
+
+            def finish(self) -> None:
+                with fake._lock:
+                    fake._open.discard(self.connection)
+                super().finish()
+
             def log_message(self, *args: object) -> None:
                 pass
 
@@ -304,6 +326,12 @@ class FakeServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+            with self._lock:  # kept connections end with the server, as a real one's do
+                for sock in list(self._open):
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
 
     def handle(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, dict, dict]:
         with self._lock:

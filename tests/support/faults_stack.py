@@ -195,9 +195,13 @@ class Stack:
             CELERY_TASK_ALWAYS_EAGER="false", SECRET_KEY="fault-tests", LOG_LEVEL="WARNING",
             GREENOPS_DATA_DIR=str(root), GREENOPS_METADATA_URL="off", DB_CONN_MAX_AGE="60",
         )
+        # gthread with keep-alive, as docker-compose.yml and the Dockerfile run it: the agent
+        # keeps its connection between batches, so a stopped or restarted web process meets
+        # kept connections here as it does in production.
         self.web = Service("gunicorn", [
             sys.executable, "-m", "gunicorn", "greenops.wsgi", "-b", f"127.0.0.1:{self.web_port}",
-            "-w", "1", "--threads", "4", "--timeout", "30", "--graceful-timeout", "2",
+            "-w", "1", "--worker-class", "gthread", "--threads", "4", "--keep-alive", "75",
+            "--timeout", "30", "--graceful-timeout", "2",
         ], self.env, root / "web.log")
         self.worker = Service("celery worker", [
             sys.executable, "-m", "celery", "-A", "greenops", "worker", "-c", "2",
@@ -254,6 +258,20 @@ class Stack:
                 step()
             except Exception:  # tear down the rest whatever one of them did
                 pass
+
+
+def request_in_flight(port: int) -> bool:
+    """A request sits unread in a connection to `port` (its web process is stopped): the bytes
+    an agent sent that nobody has answered. An established connection alone says nothing: the
+    agent keeps one open between batches (keep-alive). From /proc/net/tcp: the server end's
+    receive queue, of connections accepted or still in the listen backlog alike."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, queues = fields[1], fields[3], fields[4]
+        if (int(local.rsplit(":", 1)[1], 16) == port and state == "01"  # ESTABLISHED
+                and int(queues.split(":")[1], 16) > 0):
+            return True
+    return False
 
 
 class Agent:

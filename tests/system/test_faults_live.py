@@ -26,6 +26,7 @@ from tests.support.faults_stack import (
     Stack,
     pending_batches,
     pg_bin,
+    request_in_flight,
     rollup_mismatches,
     samples_of,
     samples_per_gpu,
@@ -175,7 +176,7 @@ def test_agent_sigkill_mid_send_loses_at_most_one_interval_and_bridges_the_gap(s
         os_kill(pid, signal.SIGSTOP)
     try:
         wait_for("a POST in flight to the held server",
-                 lambda: _connected(agent.proc.pid, stack.web_port), 10)
+                 lambda: request_in_flight(stack.web_port), 10)
         time.sleep(0.3)  # the request is written; a few more ticks are journaled meanwhile
         agent.kill()
         killed_at = time.time()
@@ -279,17 +280,6 @@ def os_kill(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
-
-
-def _connected(pid: int, port: int) -> bool:
-    """The agent holds an established connection to the web port."""
-    import psutil
-
-    proc = psutil.Process(pid)
-    conns = proc.net_connections("tcp") if hasattr(proc, "net_connections") else \
-        proc.connections("tcp")
-    return any(c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
-               for c in conns)
 
 
 # --- the user's path while a part is down (issue 30) -----------------------------------------

@@ -9,11 +9,13 @@ import time
 import uuid
 
 import pytest
+import redis
 from django.db import connection
 from django.db.models import Sum
 
 from greenops.telemetry import ingest
 from greenops.telemetry.models import Gpu, GpuDay, GpuHour, GpuMinute, GpuSample, IngestBatch
+from tests.support.agent_fakes import free_port
 from tests.support.factories import gz, make_batch, make_host
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
@@ -92,10 +94,9 @@ def test_one_queued_store_task_covers_the_batches_committed_meanwhile(settings, 
     assert 0 < ingest._redis().ttl(ingest.KICK_KEY) <= ingest.KICK_TTL_S  # a lost task delays only
     ingest._redis().delete(ingest.KICK_KEY)
 
-    def down(*a, **kw):
-        raise ConnectionError("Redis is down")
-
-    monkeypatch.setattr(ingest._redis(), "set", down)
+    # Redis unreachable: this thread's key connection points at a port nobody listens on.
+    dead = redis.Redis(port=free_port(), socket_connect_timeout=0.2).connection_pool
+    monkeypatch.setattr(ingest._kick_connections, "conn", dead.make_connection(), raising=False)
     ingest._kick(tasks.store_batch, "d")
     ingest._kick(tasks.store_batch, "e")
     assert published == ["a", "c", "d", "e"]
