@@ -185,6 +185,7 @@ class Stack:
         self.root = root
         self.pg = Postgres(root, bin_dir)
         self.redis = Redis(root)
+        self.agents: list[Agent] = []  # every agent a test started, killed by close()
         self.web_port = free_port()
         # Not PGOPTIONS (tests/services.py: no waiting for commits to reach the disk): these
         # processes' commits must be as durable as in production for the faults to test them.
@@ -252,6 +253,10 @@ class Stack:
 
     def close(self) -> None:
         # Nothing is left to finish: kill rather than wait for graceful stops.
+        # An agent a failed test left running would sample and post on past the run.
+        for agent in self.agents:
+            if agent.proc is not None and agent.proc.poll() is None:
+                agent.kill()
         for step in (lambda: self.web.stop(signal.SIGKILL),
                      lambda: self.worker.stop(signal.SIGKILL), self.redis.stop, self.pg.stop):
             try:
@@ -285,6 +290,7 @@ class Agent:
         self.stack, self.token, self.root = stack, token, root
         self.runs = 0
         self.proc: subprocess.Popen | None = None
+        stack.agents.append(self)
         root.mkdir(exist_ok=True)
         (root / "agent.toml").write_text(
             'backoff_base = 0.2\nbackoff_cap = 1.0\nhost_energy = "off"\n')
