@@ -354,6 +354,22 @@ class GpuUsage:
     def energy_kwh(self) -> float:
         return sum(e for _, e, _ in self.hours.values()) / J_PER_KWH
 
+    # What the recommendations read, so that a summary (greenops.costs.month_cost.GpuSummary)
+    # can stand in for the hour-by-hour usage of a long window.
+    def hour_count(self) -> int:
+        """Hours it reported in."""
+        return len(self.hours)
+
+    def first_hour(self) -> dt.datetime | None:
+        return min(self.hours, default=None)
+
+    def mem_max_mib(self) -> float | None:
+        return max((m for _, _, m in self.hours.values() if m is not None), default=None)
+
+    def latest(self) -> GpuUsage:
+        """Its hours and minutes of the window's latest hours (here: all of them)."""
+        return self
+
 
 def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime,
               idle_threshold_pct: float = IDLE_UTIL_PCT) -> dict[int, GpuUsage]:
@@ -498,6 +514,16 @@ class TeamUsage:
     @property
     def window_hours(self) -> int:
         return int((self.end - self.start).total_seconds() // 3600)
+
+    def hourly_counts(self, hosts: list[Host]) -> list[int]:
+        """Per hour of the window: how many of these hosts ran (any GPU reporting)."""
+        ids = {h.id for h in hosts}
+        running: dict[dt.datetime, set[int]] = defaultdict(set)
+        for u in self.usage.values():
+            if u.host_id in ids:
+                for b in u.hours:
+                    running[b].add(u.host_id)
+        return [len(running.get(self.start + i * HOUR, ())) for i in range(self.window_hours)]
 
 
 def collect(team: Team, lookback_days: int, now: dt.datetime | None = None,

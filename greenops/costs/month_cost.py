@@ -33,16 +33,21 @@ from greenops.costs import overrides
 from greenops.costs.accounting import (
     HOUR,
     IDLE_UTIL_PCT,
+    GpuUsage,
     HostCost,
     Prices,
+    TeamUsage,
     _label,
     _parts,
     _problem,
     cached_prices,
+    collect,
+    gpu_usage,
 )
 from greenops.costs.catalog import HourlyPrice, PriceProblem, catalog_price
 from greenops.costs.models import HOST_TERM_FIELDS, HostCostConfig, HostTerms
 from greenops.energy import hour_aligned
+from greenops.teams.models import Team
 from greenops.telemetry import store
 from greenops.telemetry.models import Gpu, GpuHour, GpuMinute, Host, HostEnergyHour
 from greenops.units import J_PER_KWH
@@ -75,15 +80,31 @@ MINUTES_SQL = """
                OR EXISTS (SELECT 1 FROM hrs WHERE hrs.gpu_id = g.id AND hrs.util_minutes = 0
                           AND hrs.util_n <> 0))
     )
-    SELECT f.host_id,
-           width_bucket(date_trunc('hour', m.bucket, 'UTC'), %(cuts)s::timestamptz[]),
+    SELECT {by},
            count(*), count(*) FILTER (WHERE m.util_sum < m.util_n * %(idle_pct)s)
     FROM {minute} m JOIN fallback f ON f.id = m.gpu_id
     WHERE m.bucket >= %(start)s AND m.bucket < %(end)s AND m.util_n > 0
       AND NOT EXISTS (SELECT 1 FROM hrs WHERE hrs.gpu_id = m.gpu_id
                       AND hrs.bucket = date_trunc('hour', m.bucket, 'UTC')
                       AND hrs.util_minutes <> 0)
-    GROUP BY 1, 2
+    GROUP BY {by}
+"""
+# Per GPU over the window: gpu_usage's figures summed (its hours with a sample, their energy,
+# peak memory and first hour, and the minutes they counted), and the minutes no hour counted.
+GPU_SUMS_SQL = """
+    SELECT gpu_id, count(*), sum(energy_j), max(mem_used_max_mib), min(bucket),
+           coalesce(sum(util_minutes) FILTER (WHERE util_minutes <> 0), 0),
+           coalesce(sum(idle_minutes) FILTER (WHERE util_minutes <> 0), 0)
+    FROM {hour}
+    WHERE gpu_id = ANY(%(gpus)s) AND bucket >= %(start)s AND bucket < %(end)s AND samples > 0
+    GROUP BY 1
+"""
+# Per hour of the window: how many of these hosts ran (TeamUsage.hourly_counts).
+HOURLY_COUNTS_SQL = """
+    SELECT h.bucket, count(DISTINCT g.host_id) FROM {hour} h JOIN {gpu} g ON g.id = h.gpu_id
+    WHERE h.gpu_id = ANY(%(gpus)s) AND h.bucket >= %(start)s AND h.bucket < %(end)s
+      AND h.samples > 0
+    GROUP BY 1
 """
 # Host CPU and RAM energy per span and method pair.
 CPU_RAM_SQL = """
@@ -211,9 +232,13 @@ def _owned(host: Host, start: dt.datetime, end: dt.datetime) -> tuple[dt.datetim
                                                          else dt.timedelta(0)))
 
 
-def _query(sql: str, params: dict) -> list[tuple]:
+BY_HOST_SPAN = ("f.host_id, width_bucket(date_trunc('hour', m.bucket, 'UTC'), "
+                "%(cuts)s::timestamptz[])")
+
+
+def _query(sql: str, params: dict, by: str = "") -> list[tuple]:
     with connection.cursor() as cursor:
-        cursor.execute(sql.format(**TABLES), params)
+        cursor.execute(sql.format(**TABLES, by=by), params)
         return cursor.fetchall()
 
 
@@ -252,7 +277,7 @@ def host_months(hosts: list[Host], start: dt.datetime, end: dt.datetime,
         m.util_sum += util_sum
         m.util_n += util_n
         m.simulated = m.simulated or bool(sim)
-    for host_id, i, n, idle in _query(MINUTES_SQL, params):
+    for host_id, i, n, idle in _query(MINUTES_SQL, params, by=BY_HOST_SPAN):
         s = span(host_id, i)
         s.util_minutes += n
         s.idle_minutes += idle
@@ -345,3 +370,96 @@ def _cost(m: HostMonth, host: Host, start: dt.datetime, end: dt.datetime, price:
     if hc.usd_per_gpu_hour is not None and hc.problem is None:
         hc.idle_cost_usd = idle_usd if idle_priced else None
     m.cost_source = "; ".join(dict.fromkeys(sources))
+
+
+@dataclass(eq=False)
+class GpuSummary:
+    """gpu_usage's GpuUsage of one GPU over a long window, as sums: what the recommendations
+    read of it (GpuUsage's hour_count, first_hour, mem_max_mib, energy_kwh, idle_share,
+    idle_minutes), and its hour-by-hour usage of the window's latest hours only (`latest`),
+    which the idle-streak check judges hour by hour."""
+
+    gpu_id: int
+    host_id: int
+    hours_reported: int = 0
+    energy_j: float = 0.0
+    mem_max: float | None = None
+    first: dt.datetime | None = None
+    minutes_n: int = 0
+    idle_n: int = 0
+    recent: GpuUsage | None = None
+
+    def hour_count(self) -> int:
+        return self.hours_reported
+
+    def first_hour(self) -> dt.datetime | None:
+        return self.first
+
+    def mem_max_mib(self) -> float | None:
+        return self.mem_max
+
+    @property
+    def energy_kwh(self) -> float:
+        return self.energy_j / J_PER_KWH
+
+    def idle_minutes(self) -> int:
+        return self.idle_n
+
+    def idle_hours(self, threshold_pct: float = IDLE_UTIL_PCT) -> float:
+        return self.idle_n / 60
+
+    def idle_share(self, buckets: list[dt.datetime] | None = None) -> float | None:
+        if buckets is not None:
+            return self.latest().idle_share(buckets)
+        return self.idle_n / self.minutes_n if self.minutes_n else None
+
+    def latest(self) -> GpuUsage:
+        return self.recent or GpuUsage(self.gpu_id, self.host_id)
+
+
+@dataclass
+class TeamSummary(TeamUsage):
+    """collect()'s TeamUsage with GpuSummary usage and month_cost's host rows."""
+
+    gpu_ids: list[int] = field(default_factory=list)
+
+    def hourly_counts(self, hosts: list[Host]) -> list[int]:
+        gpus = [g.id for h in hosts for g in h.gpus.all()]
+        counts = dict(_query(HOURLY_COUNTS_SQL, {"gpus": gpus, "start": self.start,
+                                                 "end": self.end}))
+        return [counts.get(self.start + i * HOUR, 0) for i in range(self.window_hours)]
+
+
+def gpu_summaries(hosts: list[Host], start: dt.datetime, end: dt.datetime,
+                  latest_hours: int) -> dict[int, GpuSummary]:
+    """gpu_usage over [start, end) as GpuSummary per GPU, with the hour-by-hour usage of the
+    last `latest_hours` hours."""
+    gpu_host = {g.id: h.id for h in hosts for g in h.gpus.all()}
+    params = {"gpus": list(gpu_host), "start": start, "end": end,
+              "idle_pct": store.IDLE_UTIL_PCT}
+    out: dict[int, GpuSummary] = {}
+    for gpu_id, n, energy_j, mem, first, util_minutes, idle in _query(GPU_SUMS_SQL, params):
+        out[gpu_id] = GpuSummary(gpu_id, gpu_host[gpu_id], n, energy_j or 0.0, mem, first,
+                                 util_minutes, idle)
+    for gpu_id, n, idle in _query(MINUTES_SQL, params, by="m.gpu_id"):
+        s = out.setdefault(gpu_id, GpuSummary(gpu_id, gpu_host[gpu_id]))
+        s.minutes_n += n
+        s.idle_n += idle
+    recent_start = max(start, end - latest_hours * HOUR)
+    for gpu_id, usage in gpu_usage(hosts, recent_start, end).items():
+        out.setdefault(gpu_id, GpuSummary(gpu_id, gpu_host[gpu_id])).recent = usage
+    return out
+
+
+def team_usage(team: Team, lookback_days: int, now: dt.datetime | None = None,
+               latest_hours: int = 48) -> TeamUsage:
+    """collect(team, lookback_days, now) at the standard idle threshold, summed: host rows
+    from host_months and per-GPU sums, in a constant number of queries."""
+    w = windows.lookback(lookback_days, now)
+    hosts = list(team.hosts.prefetch_related("gpus"))
+    if not fast_path(w.start, w.end):
+        return collect(team, lookback_days, now)
+    months = host_months(hosts, w.start, w.end, now=now)
+    usage = gpu_summaries(hosts, w.start, w.end, latest_hours)
+    return TeamSummary(team, lookback_days, w.start, w.end, hosts, usage,  # type: ignore[arg-type]
+                       [months[h.id].cost for h in hosts])

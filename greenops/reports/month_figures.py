@@ -24,7 +24,7 @@ from greenops.alerts.models import Rule, RuleEvent, State
 from greenops.carbon.models import HostSite
 from greenops.costs import month_cost
 from greenops.costs.accounting import HostCost, gpu_usage, host_costs
-from greenops.costs.team_recommendations import team_recommendations
+from greenops.costs.team_recommendations import BASIS_DAYS, team_recommendations
 from greenops.errors import invalid
 from greenops.kpis import metrics
 from greenops.kpis import queries as kpi_queries
@@ -395,7 +395,11 @@ def _recommendations(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
     """The cost model's recommendations as they stood at month end (window = the month)."""
     days = max(1, round((end - start).total_seconds() / 86400))
     try:
-        recs = team_recommendations(team, days, now=end)
+        # The month's usage and the savings basis summed per GPU (month_cost.team_usage), not
+        # read hour by hour: the same figures as collect()'s.
+        usage = month_cost.team_usage(team, days, end)
+        basis = usage if days == BASIS_DAYS else month_cost.team_usage(team, BASIS_DAYS, end)
+        recs = team_recommendations(team, days, now=end, usage=usage, basis=basis)
     except Exception as exc:  # a recommendation failure must not sink the whole report
         return {"items": [], "note": f"recommendations could not be computed: {exc}"}
     items = [{"kind": r["kind"], "subject": r["subject"],

@@ -5,8 +5,9 @@ reads the same number of queries for 2 hosts as for 6.
 The data cover every edge that cuts a span: a price change at 20:30 (inside an hour), a switch
 to a reserved instance at 10:15, a host removed at 40:20 that kept reporting after, a host
 enrolled at 05:40, site factors changing at 30:00, a team discount from 36:00, an on-premises
-host billed for electricity x PUE, a host with no catalog price, and a GPU with no hour rows
-(minute rows only: its idle minutes come from the minute rollups).
+host billed for electricity x PUE, a host with no catalog price, a host idle in every minute
+(a stop recommendation, judged hour by hour), and a GPU with no hour rows (minute rows only:
+its idle minutes come from the minute rollups).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from django.test.utils import CaptureQueriesContext
 from greenops.carbon.accounting import SINCE_EVER
 from greenops.carbon.models import FactorsPeriod
 from greenops.costs import month_cost
-from greenops.costs.accounting import gpu_usage, host_costs
+from greenops.costs.accounting import collect, gpu_usage, host_costs
 from greenops.costs.models import HostCostConfig
 from greenops.costs.overrides import OverrideKind, PriceOverride
+from greenops.costs.team_recommendations import BASIS_DAYS, team_recommendations
 from greenops.kpis.measure import measure_gpus
 from greenops.telemetry.models import Gpu, GpuHour, GpuMinute, Host, HostEnergyHour
 from tests.support.costs import enrolled, only_prices, set_price, switch_to_reserved
@@ -39,11 +41,13 @@ def h(hours: float) -> dt.datetime:
 
 def hour_rows(gpu: Gpu, hours, util: float = 50.0, idle_every: int = 0) -> None:
     """One hour rollup per hour, its minute counts as the ingest statement keeps them: 60
-    minutes with a utilisation, of which (hour % idle_every) x 5 idle."""
+    minutes with a utilisation, of which (hour % idle_every) x 5 idle (all 60 when
+    idle_every is 1)."""
     GpuHour.objects.bulk_create([
         GpuHour(gpu=gpu, bucket=h(i), samples=60, util_sum=util * 60, util_n=60,
                 energy_j=(200 + 10 * (i % 5)) * 3600, mem_used_max_mib=20_000,
-                util_minutes=60, idle_minutes=(i % idle_every) * 5 if idle_every else 0)
+                util_minutes=60,
+                idle_minutes=60 if idle_every == 1 else (i % idle_every) * 5 if idle_every else 0)
         for i in hours])
 
 
@@ -66,7 +70,8 @@ def fleet(team):
     c, _ = make_host(team, "c-enrolled-late", gpus=1)
     d, _ = make_host(team, "d-on-prem", gpus=1)
     e, _ = make_host(team, "e-unpriced", gpus=1)
-    for host in (a, b, d, e):
+    f, _ = make_host(team, "f-idle", gpus=1)
+    for host in (a, b, d, e, f):
         enrolled(host, T0 - dt.timedelta(days=30))
     enrolled(c, h(5 + 40 / 60))
     a0, a1 = a.gpus.order_by("index")
@@ -96,6 +101,7 @@ def fleet(team):
     e.instance_type = "no-such.type"
     e.save()
     hour_rows(e.gpus.get(), range(0, 48, 2))
+    hour_rows(f.gpus.get(), range(48), util=1.0, idle_every=1)  # idle every minute: stop it
     return list(Host.objects.filter(team=team).prefetch_related("gpus").order_by("name"))
 
 
@@ -140,7 +146,7 @@ def test_spans_give_every_figure_of_the_per_hour_path(fleet, window):
             assert same(getattr(m, f), getattr(t, f)), (host.name, f)
         assert (m.simulated, m.cpu_ram_method, m.pue_source, m.intensity_source) == (
             t.simulated, t.cpu_ram_method, t.pue_source, t.intensity_source), host.name
-    a, b, c, d, e = (new[x.id] for x in fleet)
+    a, b, c, d, e, _ = (new[x.id] for x in fleet)
     if window == (T0, END):
         # The figures that would expose a wrong span, worked out by hand:
         # a: ran 44 hours; hours 0-20 at $32 (21 h), hour 21-35 at $40 (11 h, 30-33 silent),
@@ -190,3 +196,30 @@ def test_queries_do_not_grow_with_hosts(team):
     month_cost.host_months(list(Host.objects.filter(team=team).prefetch_related("gpus")), T0,
                            END)  # first pricing records terms and factors, once per host
     assert queries_for(team, 2) == queries_for(team, 6)
+
+
+def test_gpu_summaries_sum_what_gpu_usage_reads_hour_by_hour(fleet):
+    old = gpu_usage(fleet, T0, END)
+    new = month_cost.gpu_summaries(fleet, T0, END, latest_hours=48)
+    assert set(new) == set(old)  # a1 (minute rows only) included
+    for gpu_id, u in old.items():
+        s = new[gpu_id]
+        assert (s.hour_count(), s.first_hour(), s.mem_max_mib(), s.idle_minutes()) == (
+            u.hour_count(), u.first_hour(), u.mem_max_mib(), u.idle_minutes())
+        assert s.energy_kwh == pytest.approx(u.energy_kwh)
+        assert s.idle_share() == pytest.approx(u.idle_share())
+        assert s.latest() == u  # the whole 48-hour window is "latest" here
+
+
+def test_recommendations_from_summaries_equal_those_from_collect(fleet, team):
+    now = END + dt.timedelta(minutes=30)
+    old = team_recommendations(team, 2, now)
+    usage = month_cost.team_usage(team, 2, now)
+    assert isinstance(usage, month_cost.TeamSummary)
+    new = team_recommendations(team, 2, now, usage=usage,
+                               basis=month_cost.team_usage(team, BASIS_DAYS, now))
+    assert new == old
+    # Something of each kind that reads the GPUs' sums or their latest hours was found.
+    assert {"no_commitment", "rightsize", "stop_idle"} <= {
+        r["kind"] for r in old["recommendations"]}
+    assert usage.hourly_counts(fleet[:1]) == collect(team, 2, now).hourly_counts(fleet[:1])
