@@ -452,14 +452,19 @@ def gpu_summaries(hosts: list[Host], start: dt.datetime, end: dt.datetime,
 
 
 def team_usage(team: Team, lookback_days: int, now: dt.datetime | None = None,
-               latest_hours: int = 48) -> TeamUsage:
+               latest_hours: int = 48,
+               seen: dict[tuple[dt.datetime, dt.datetime], dict[int, HostMonth]] | None = None
+               ) -> TeamUsage:
     """collect(team, lookback_days, now) at the standard idle threshold, summed: host rows
-    from host_months and per-GPU sums, in a constant number of queries."""
+    from host_months and per-GPU sums, in a constant number of queries. `seen`: host_months
+    of windows the caller already read with the same `now` (a report's month), by window."""
     w = windows.lookback(lookback_days, now)
     hosts = list(team.hosts.prefetch_related("gpus"))
     if not fast_path(w.start, w.end):
         return collect(team, lookback_days, now)
-    months = host_months(hosts, w.start, w.end, now=now)
+    months = (seen or {}).get((w.start, w.end))
+    if months is None or set(months) != {h.id for h in hosts}:
+        months = host_months(hosts, w.start, w.end, now=now)
     usage = gpu_summaries(hosts, w.start, w.end, latest_hours)
     return TeamSummary(team, lookback_days, w.start, w.end, hosts, usage,  # type: ignore[arg-type]
                        [months[h.id].cost for h in hosts])
