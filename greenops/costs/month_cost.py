@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from greenops import windows
-from greenops.carbon.accounting import FactorsFor, carbon_for_energy, ensure_factors, factors_at
+from greenops.carbon.accounting import (
+    FactorsFor,
+    SiteFactors,
+    carbon_for_energy,
+    ensure_factors,
+    factors_at,
+)
 from greenops.carbon.models import FactorsPeriod
 from greenops.costs import overrides
 from greenops.costs.accounting import (
@@ -179,7 +185,7 @@ def site_factors_of(hosts: list[Host]) -> tuple[FactorsFor, dict[int, list[Facto
         if not periods.get(host.id):
             periods[host.id] = ensure_factors(host)
 
-    def lookup(host: Host, hour: dt.datetime) -> object:
+    def lookup(host: Host, hour: dt.datetime) -> SiteFactors:
         if not periods.get(host.id):
             periods[host.id] = ensure_factors(host)
         return factors_at(periods[host.id], hour)
@@ -228,8 +234,9 @@ def _owned(host: Host, start: dt.datetime, end: dt.datetime) -> tuple[dt.datetim
     if host.created_at is not None and host.created_at > start:
         first = max(first, windows.floor_hour(host.created_at))
     last = min(end, host.removed_at) if host.removed_at is not None else end
-    return first, max(first, windows.floor_hour(last) + (HOUR if last > windows.floor_hour(last)
-                                                         else dt.timedelta(0)))
+    # Buckets b < last: up to the hour holding `last` when it falls inside one.
+    after = windows.floor_hour(last) + (HOUR if last > windows.floor_hour(last) else 0 * HOUR)
+    return first, max(first, after)
 
 
 BY_HOST_SPAN = ("f.host_id, width_bucket(date_trunc('hour', m.bucket, 'UTC'), "
@@ -246,8 +253,9 @@ def host_months(hosts: list[Host], start: dt.datetime, end: dt.datetime,
                 now: dt.datetime | None = None, price: Prices | None = None,
                 factors: tuple[FactorsFor, dict[int, list[FactorsPeriod]]] | None = None
                 ) -> dict[int, HostMonth]:
-    """Per host (with its GPUs prefetched as `gpus`): its host_costs row and its measured
-    energy and carbon over [start, end) of whole hours, in a constant number of queries."""
+    """Per host (its GPUs prefetched: prefetch_related("gpus")): its host_costs row and the
+    energy and carbon measure_gpus gives its GPUs over [start, end) of whole hours, in a
+    constant number of queries."""
     price = price or cached_prices(now)
     price.load(hosts)
     factors_for, factor_periods = factors or site_factors_of(hosts)
