@@ -31,7 +31,7 @@ from greenops import windows
 from greenops.carbon.accounting import FactorsFor, cached_site_factors
 from greenops.costs import overrides
 from greenops.costs.catalog import HourlyPrice, PriceProblem, catalog_price, host_price
-from greenops.costs.models import HostTermsPeriod, Price, PricePeriod, terms_at
+from greenops.costs.models import HostTerms, HostTermsPeriod, Price, PricePeriod, terms_at
 from greenops.energy import ItEnergy, hour_aligned, it_energy, overlap
 from greenops.teams.models import Team
 from greenops.telemetry import store
@@ -60,23 +60,70 @@ class Prices:
         self._found: dict[tuple[int, int | None], tuple[Host, HourlyPrice | PriceProblem,
                                                         list[PricePeriod]]] = {}
         self._team_rows: dict[int, list[overrides.PriceOverride]] = {}
+        self._catalog: dict[HostTerms, tuple[HourlyPrice, list[PricePeriod]]] = {}
+        self._offers: dict[int, list[PricePeriod]] = {}
 
     def terms(self, host: Host) -> list[HostTermsPeriod]:
         if host.id not in self._terms:
             self._terms[host.id] = HostTermsPeriod.ensure(host)
         return self._terms[host.id]
 
+    def load(self, hosts: list[Host]) -> None:
+        """Read these hosts' terms in one query (a host's first pricing records them) and
+        their teams' overrides once: pricing many hosts then costs queries per offer, not per
+        host (a report prices 125 hosts at 1,000 GPUs)."""
+        missing = [h for h in hosts if h.id not in self._terms]
+        found: dict[int, list[HostTermsPeriod]] = defaultdict(list)
+        for p in HostTermsPeriod.objects.filter(host_id__in=[h.id for h in missing]) \
+                .order_by("host_id", "valid_from"):
+            found[p.host_id].append(p)
+        for host in missing:
+            self._terms[host.id] = found.get(host.id) or HostTermsPeriod.ensure(host)
+        for team_id in {h.team_id for h in hosts} - set(self._team_rows):
+            self._team_rows[team_id] = overrides.team_overrides(team_id)
+
     def _of(self, host: Host, at: dt.datetime
             ) -> tuple[Host, HourlyPrice | PriceProblem, list[PricePeriod]]:
-        period = terms_at(self.terms(host), at)
+        return self._of_period(host, terms_at(self.terms(host), at))
+
+    def _of_period(self, host: Host, period: HostTermsPeriod
+                   ) -> tuple[Host, HourlyPrice | PriceProblem, list[PricePeriod]]:
         key = (host.id, period.id)
         if key not in self._found:
             as_of, config = period.terms.host_and_config(host)
-            found = catalog_price(as_of, self.now, config)
-            offer = price_periods(found.price) if isinstance(found, HourlyPrice) \
-                and found.price is not None else []
+            # Hosts under the same terms share the catalog's answer and the offer's periods
+            # (a problem names its host, so it is looked up per host).
+            shared = self._catalog.get(period.terms)
+            if shared is None:
+                found = catalog_price(as_of, self.now, config)
+                offer = self._periods(found.price) if isinstance(found, HourlyPrice) \
+                    and found.price is not None else []
+                if isinstance(found, HourlyPrice):
+                    self._catalog[period.terms] = (found, offer)
+            else:
+                found, offer = shared
             self._found[key] = (as_of, found, offer)
         return self._found[key]
+
+    def _periods(self, price: Price) -> list[PricePeriod]:
+        if price.pk not in self._offers:
+            self._offers[price.pk] = price_periods(price)
+        return self._offers[price.pk]
+
+    def changes_of_price(self, host: Host) -> set[dt.datetime]:
+        """Every instant at which the host's price may change: its terms' starts, the price
+        periods of each of its offers and its team's overrides' bounds. Between two of them
+        every hour of the host costs the same."""
+        out: set[dt.datetime] = set()
+        for period in self.terms(host):
+            out.add(period.valid_from)
+            for p in self._of_period(host, period)[2]:
+                out.update(t for t in (p.valid_from, p.valid_to) if t is not None)
+        if host.team_id not in self._team_rows:
+            self._team_rows[host.team_id] = overrides.team_overrides(host.team_id)
+        for row in self._team_rows[host.team_id]:
+            out.update(t for t in (row.valid_from, row.valid_until) if t is not None)
+        return out
 
     def host_at(self, host: Host, at: dt.datetime) -> Host:
         """The host as its terms were at `at` (purchase option, offer)."""
@@ -307,6 +354,22 @@ class GpuUsage:
     def energy_kwh(self) -> float:
         return sum(e for _, e, _ in self.hours.values()) / J_PER_KWH
 
+    # What the recommendations read, so that a summary (greenops.costs.month_cost.GpuSummary)
+    # can stand in for the hour-by-hour usage of a long window.
+    def hour_count(self) -> int:
+        """Hours it reported in."""
+        return len(self.hours)
+
+    def first_hour(self) -> dt.datetime | None:
+        return min(self.hours, default=None)
+
+    def mem_max_mib(self) -> float | None:
+        return max((m for _, _, m in self.hours.values() if m is not None), default=None)
+
+    def latest(self) -> GpuUsage:
+        """Its hours and minutes of the window's latest hours (here: all of them)."""
+        return self
+
 
 def gpu_usage(hosts: list[Host], start: dt.datetime, end: dt.datetime,
               idle_threshold_pct: float = IDLE_UTIL_PCT) -> dict[int, GpuUsage]:
@@ -451,6 +514,16 @@ class TeamUsage:
     @property
     def window_hours(self) -> int:
         return int((self.end - self.start).total_seconds() // 3600)
+
+    def hourly_counts(self, hosts: list[Host]) -> list[int]:
+        """Per hour of the window: how many of these hosts ran (any GPU reporting)."""
+        ids = {h.id for h in hosts}
+        running: dict[dt.datetime, set[int]] = defaultdict(set)
+        for u in self.usage.values():
+            if u.host_id in ids:
+                for b in u.hours:
+                    running[b].add(u.host_id)
+        return [len(running.get(self.start + i * HOUR, ())) for i in range(self.window_hours)]
 
 
 def collect(team: Team, lookback_days: int, now: dt.datetime | None = None,

@@ -8,7 +8,8 @@ from collections import defaultdict
 from dataclasses import asdict
 
 from greenops import windows
-from greenops.carbon.accounting import site_factors
+from greenops.carbon.accounting import SiteFactors, location_intensity, site_factors, site_pue
+from greenops.carbon.models import HostSite
 from greenops.costs import recommend as rec
 from greenops.costs.accounting import (
     IDLE_UTIL_PCT,
@@ -34,14 +35,46 @@ IDLE_SHARE = 0.9  # under the threshold in at least 90% of those minutes (minute
 # hourly average hides a GPU that idles 54 minutes of every hour)
 
 
-def carbon_factors(host: Host, pue: float | None, intensity: float | None
-                   ) -> tuple[float, float | None, str]:
+class Lookups:
+    """What the recommendations look up per host -- its site factors, its instance type, the
+    on-demand offers of its region -- read for all hosts at once and kept for the call, so a
+    team's recommendations cost the same number of queries for 2 hosts as for 125."""
+
+    def __init__(self, team_id: int, hosts: list[Host]) -> None:
+        self.read = {h.id for h in hosts if h.team_id == team_id}
+        self.sites = {hs.host_id: hs for hs in
+                      HostSite.objects.filter(host__team_id=team_id).select_related("site")}
+        self._types: dict[tuple[str, str], InstanceType] | None = None
+        self._offers: dict[str, list[tuple[rec.InstanceOffer, Price]]] = {}
+
+    def site_factors(self, host: Host) -> SiteFactors:
+        """carbon.accounting.site_factors, from the host sites read once."""
+        if host.id not in self.read:
+            return site_factors(host)  # a host outside those read (not one of the team's)
+        hs = self.sites.get(host.id)  # None: no site, the defaults
+        pue, pue_source = site_pue(hs)
+        found = location_intensity(hs.site if hs is not None else None, host)
+        return SiteFactors(pue, pue_source, found.g_per_kwh, found.source)
+
+    def instance_type(self, provider: str, name: str) -> InstanceType | None:
+        if self._types is None:
+            self._types = {(t.provider, t.name): t for t in InstanceType.objects.all()}
+        return self._types.get((provider, name))
+
+    def offers(self, region: str) -> list[tuple[rec.InstanceOffer, Price]]:
+        if region not in self._offers:
+            self._offers[region] = _offers(region)
+        return self._offers[region]
+
+
+def carbon_factors(host: Host, pue: float | None, intensity: float | None,
+                   lookups: Lookups | None = None) -> tuple[float, float | None, str]:
     """PUE and grid intensity for a host (the caller's figures, else the carbon app's) and a
     label naming the host, region and sources: a recommendation's CO2e is labelled with the
     factors that computed it, never with another host's region."""
     if pue is not None or intensity is not None:
         return pue or 1.0, intensity, "given"
-    f = site_factors(host)
+    f = lookups.site_factors(host) if lookups is not None else site_factors(host)
     where = f"{host.name}" + (f" ({host.region})" if host.region else "")
     return f.pue, f.intensity_g_per_kwh, (
         f"{where}: PUE {f.pue:g} ({f.pue_source}); {f.intensity_g_per_kwh:g} g CO2e/kWh "
@@ -90,17 +123,6 @@ def _finish(r: rec.Recommendation, prices: list[Price], now: dt.datetime | None,
     return out
 
 
-def _hourly_counts(tu: TeamUsage, hosts: list[Host]) -> list[int]:
-    ids = {h.id for h in hosts}
-    running: dict[dt.datetime, set[int]] = defaultdict(set)
-    for u in tu.usage.values():
-        if u.host_id in ids:
-            for b in u.hours:
-                running[b].add(u.host_id)
-    return [len(running.get(tu.start + dt.timedelta(hours=i), ())) for i in
-            range(tu.window_hours)]
-
-
 def _commit_prices(region: str, itype: str) -> list[Price]:
     """Reserved and savings-plan rates; a product-page rate of unstated payment option is
     dropped once the catalog has exact rates for that term (a refresh supersedes it)."""
@@ -115,8 +137,8 @@ def _commit_prices(region: str, itype: str) -> list[Price]:
 def measured_days(tu: TeamUsage, hosts: list[Host]) -> int:
     """Whole days from the first hour these hosts reported in the window to its end."""
     ids = {h.id for h in hosts}
-    first = min((b for u in tu.usage.values() if u.host_id in ids for b in u.hours),
-                default=None)
+    first = min((b for u in tu.usage.values() if u.host_id in ids
+                 and (b := u.first_hour()) is not None), default=None)
     return 0 if first is None else int((tu.end - first) / dt.timedelta(days=1))
 
 
@@ -126,8 +148,8 @@ def measured_hours(tu: TeamUsage, hosts: list[Host]) -> int:
     report. The history a monthly projection rests on: hours they were enrolled but did not
     run count as not running (0 when they never reported)."""
     ids = {h.id for h in hosts}
-    first = min((b for u in tu.usage.values() if u.host_id in ids for b in u.hours),
-                default=None)
+    first = min((b for u in tu.usage.values() if u.host_id in ids
+                 and (b := u.first_hour()) is not None), default=None)
     if first is None:
         return 0
     enrolled = min((h.created_at for h in hosts if h.created_at is not None), default=None)
@@ -154,9 +176,11 @@ def _measured_note(tu: TeamUsage, hosts: list[Host]) -> str:
 
 
 def savings_basis(tu: TeamUsage, now: dt.datetime | None,
-                  idle_threshold_pct: float) -> TeamUsage:
+                  idle_threshold_pct: float, basis: TeamUsage | None = None) -> TeamUsage:
     """The usage monthly savings are projected from: the latest BASIS_DAYS (the page's own
-    usage when its lookback is exactly that)."""
+    usage when its lookback is exactly that, or the caller's `basis`)."""
+    if basis is not None:
+        return basis
     if tu.lookback_days == BASIS_DAYS:
         return tu
     return collect(tu.team, BASIS_DAYS, now, idle_threshold_pct)
@@ -186,7 +210,7 @@ def _commitments(tu: TeamUsage, od_rows: list[HostCost], now) -> list[dict]:
     for (region, itype), rows in sorted(groups.items()):
         od = rows[0].price.price
         subject = f"{itype} in {region}"
-        counts = _hourly_counts(tu, [r.host for r in rows])
+        counts = tu.hourly_counts([r.host for r in rows])
         if not any(counts):
             continue
         days = measured_days(tu, [r.host for r in rows])
@@ -236,7 +260,7 @@ def _gpu_shares(tu: TeamUsage) -> tuple[dict[int, dict[int, float]], dict[int, s
     return shares, on_host
 
 
-def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
+def _spot(tu: TeamUsage, pue, intensity, now, lookups: Lookups | None = None) -> list[dict]:
     """Spot per workload, sized by the workload's share of each host. Spot is bought per
     machine, so a workload sharing a host is told who else would move with it."""
     out = []
@@ -256,7 +280,7 @@ def _spot(tu: TeamUsage, pue, intensity, now) -> list[dict]:
         for (region, itype), hosts in sorted(groups.items()):
             od = hosts[0].price.price
             spot = find_price(hosts[0].host.provider or "aws", region, itype, PriceOption.SPOT)
-            p, i, carbon = carbon_factors(hosts[0].host, pue, intensity)
+            p, i, carbon = carbon_factors(hosts[0].host, pue, intensity, lookups)
             month = to_month(tu, [h.host for h in hosts])
             hours = sum(h.running_hours * share[h.host.id] for h in hosts) * month
             it_kwh = sum(h.energy_kwh * share[h.host.id] for h in hosts) * month
@@ -298,13 +322,15 @@ def _idle_streak(gpus: list[GpuUsage], end: dt.datetime, hours: int, threshold: 
     in at least IDLE_SHARE of those minutes, and their combined average draw in kW. (The
     threshold itself was applied minute by minute when the usage was collected.)"""
     buckets = [end - dt.timedelta(hours=h + 1) for h in range(hours)]
-    idle = [g for g in gpus if all(b in g.minutes and b in g.hours for b in buckets)
-            and (g.idle_share(buckets) or 0.0) >= IDLE_SHARE]
-    kw = sum(g.hours[b][1] for g in idle for b in buckets) / J_PER_KWH / hours
+    idle = [g for g in gpus if all(b in g.latest().minutes and b in g.latest().hours
+                                   for b in buckets)
+            and (g.latest().idle_share(buckets) or 0.0) >= IDLE_SHARE]
+    kw = sum(g.latest().hours[b][1] for g in idle for b in buckets) / J_PER_KWH / hours
     return idle, kw
 
 
-def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
+def _host_checks(tu: TeamUsage, pue, intensity, threshold, now,
+                 lookups: Lookups | None = None) -> list[dict]:
     """Idle and oversized hosts. Each host gets at most one of: stop (all GPUs idle), rightsize
     (a smaller instance fits), or a place in its group's consolidation, so one host's saving is
     never counted twice and never exceeds what the host costs."""
@@ -316,7 +342,7 @@ def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
     for r in tu.rows:
         if r.price is None:
             continue
-        p, i, carbon = carbon_factors(r.host, pue, intensity)
+        p, i, carbon = carbon_factors(r.host, pue, intensity, lookups)
         gpus = by_host.get(r.host.id, [])
         hours_per_month = r.running_hours * to_month(tu, [r.host])
         note = _measured_note(tu, [r.host])
@@ -330,7 +356,7 @@ def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
             found_stop.reasoning += note
             out.append(_finish(found_stop, used_prices, now, carbon))
             continue
-        found = _rightsize(r, gpus, threshold, hours_per_month, p, i)
+        found = _rightsize(r, gpus, threshold, hours_per_month, p, i, lookups)
         if found is not None:
             found[0].reasoning += note
             out.append(_finish(found[0], [*used_prices, found[1]], now, carbon))
@@ -341,7 +367,7 @@ def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
                                                 r.price.usd_per_hour, hours_per_month)))
     for (_, region, itype, option), members in sorted(groups.items()):
         first = members[0][0]
-        p, i, carbon = carbon_factors(first.host, pue, intensity)
+        p, i, carbon = carbon_factors(first.host, pue, intensity, lookups)
         subject = first.host.name if len(members) == 1 else f"{itype} in {region}"
         found = rec.consolidate(subject, option, [m for _, m in members], p, i)
         if found is not None:
@@ -353,19 +379,20 @@ def _host_checks(tu: TeamUsage, pue, intensity, threshold, now) -> list[dict]:
 
 
 def _rightsize(r: HostCost, gpus: list[GpuUsage], threshold: float, hours_per_month: float,
-               pue: float, intensity: float | None) -> tuple[rec.Recommendation, Price] | None:
+               pue: float, intensity: float | None, lookups: Lookups | None = None
+               ) -> tuple[rec.Recommendation, Price] | None:
     if r.host.purchase_option != PurchaseOption.ON_DEMAND or not gpus:
         return None
-    current_type = InstanceType.objects.filter(provider=r.host.provider or "aws",
-                                               name=r.host.instance_type).first()
+    lookups = lookups or Lookups(r.host.team_id, [r.host])
+    current_type = lookups.instance_type(r.host.provider or "aws", r.host.instance_type)
     if current_type is None:
         return None
     # In use: busy (at or over the threshold) in more than 1 - IDLE_SHARE of its minutes.
     used = [g for g in gpus if g.idle_share() is not None and g.idle_share() < IDLE_SHARE]
-    mems = [m for g in gpus for _, _, m in g.hours.values() if m is not None]
+    mems = [m for g in gpus if (m := g.mem_max_mib()) is not None]
     unused = [g for g in gpus if g not in used]
-    unused_kw = sum(g.energy_kwh / len(g.hours) for g in unused if g.hours)
-    offers = _offers(r.host.region)
+    unused_kw = sum(g.energy_kwh / g.hour_count() for g in unused if g.hour_count())
+    offers = lookups.offers(r.host.region)
     current = rec.InstanceOffer(current_type.name, current_type.gpu_model,
                                 current_type.gpu_count, current_type.gpu_memory_gib,
                                 r.price.usd_per_hour)
@@ -390,13 +417,17 @@ def _offers(region: str) -> list[tuple[rec.InstanceOffer, Price]]:
 def team_recommendations(team: Team, lookback_days: int, now: dt.datetime | None = None, *,
                          pue: float | None = None, intensity_g_per_kwh: float | None = None,
                          idle_threshold_pct: float = IDLE_UTIL_PCT,
-                         usage: TeamUsage | None = None) -> dict:
+                         usage: TeamUsage | None = None, basis: TeamUsage | None = None
+                         ) -> dict:
+    """`usage` (the lookback's) and `basis` (the latest BASIS_DAYS) default to collect()'s;
+    a report passes month_cost's summaries of the same windows."""
     tu = usage or collect(team, lookback_days, now, idle_threshold_pct)
     od_rows = [r for r in tu.rows if r.price is not None and r.price.price is not None
                and r.host.purchase_option == PurchaseOption.ON_DEMAND]
-    basis = savings_basis(tu, now, idle_threshold_pct)
-    recs = (_commitments(tu, od_rows, now) + _spot(basis, pue, intensity_g_per_kwh, now)
-            + _host_checks(basis, pue, intensity_g_per_kwh, idle_threshold_pct, now))
+    basis = savings_basis(tu, now, idle_threshold_pct, basis)
+    lookups = Lookups(team.id, basis.hosts)
+    recs = (_commitments(tu, od_rows, now) + _spot(basis, pue, intensity_g_per_kwh, now, lookups)
+            + _host_checks(basis, pue, intensity_g_per_kwh, idle_threshold_pct, now, lookups))
     recs.sort(key=lambda r: (-r["monthly_usd_saved"], r["kind"], r["subject"]))
     return {
         "team": team.slug,

@@ -22,8 +22,9 @@ from django.utils import timezone
 from greenops import windows
 from greenops.alerts.models import Rule, RuleEvent, State
 from greenops.carbon.models import HostSite
-from greenops.costs.accounting import gpu_usage, host_costs
-from greenops.costs.team_recommendations import team_recommendations
+from greenops.costs import month_cost
+from greenops.costs.accounting import HostCost, gpu_usage, host_costs
+from greenops.costs.team_recommendations import BASIS_DAYS, team_recommendations
 from greenops.errors import invalid
 from greenops.kpis import metrics
 from greenops.kpis import queries as kpi_queries
@@ -141,24 +142,53 @@ def _embodied_g_per_gpu_hour(site) -> float | None:
     return site.embodied_co2e_g_per_gpu_hour if site is not None else None
 
 
-def _host_rows(team: Team, hosts: list[Host], start: dt.datetime, end: dt.datetime) -> list[dict]:
-    """Per host: energy and location-based carbon from the KPI engine's measure_gpus, cost and
-    idle GPU-hours from the cost model, and the Scope 2/3 label."""
+# month_cost.host_months of a window, kept for the report's other readers of that window.
+Seen = dict[tuple[dt.datetime, dt.datetime], dict[int, "month_cost.HostMonth"]]
+
+
+def _measured(hosts: list[Host], start: dt.datetime, end: dt.datetime, seen: Seen | None = None
+              ) -> tuple[dict[int, metrics.Totals], dict[int, HostCost]]:
+    """Per host: the KPI engine's totals of its GPUs and the cost model's row. Windows of whole
+    hours read both from month_cost's per-span sums (a constant number of queries); a window
+    cutting an hour (a :30 zone's month) measures host by host from minute rollups."""
+    if month_cost.fast_path(start, end):
+        months = month_cost.host_months(hosts, start, end, now=end)
+        if seen is not None:
+            seen[(start, end)] = months
+        return ({h: _totals_of(m) for h, m in months.items()},
+                {h: m.cost for h, m in months.items()})
     factors = cached_factors()
     usage = gpu_usage(hosts, start, end)
     costs = {c.host.id: c for c in host_costs(hosts, usage, start, end, now=end)}
-    # Every host's GPUs and site in two queries, not two per host (125 hosts at 1,000 GPUs).
-    gpus_of: dict[int, list[Gpu]] = {h.id: [] for h in hosts}
     by_id = {h.id: h for h in hosts}
+    gpus_of: dict[int, list[Gpu]] = {h.id: [] for h in hosts}
     for g in Gpu.objects.filter(host__in=hosts).order_by("id"):
         g.host = by_id[g.host_id]
         gpus_of[g.host_id].append(g)
+    return {h.id: measure_gpus(gpus_of[h.id], start, end, factors) for h in hosts}, costs
+
+
+def _totals_of(m: month_cost.HostMonth) -> metrics.Totals:
+    """measure_gpus' totals, from a host's per-span sums."""
+    return metrics.Totals(
+        util_sum=m.util_sum, util_n=m.util_n, gpu_minutes=m.gpu_minutes,
+        gpu_energy_j=m.gpu_energy_j, cpu_ram_energy_j=m.cpu_ram_energy_j,
+        cpu_ram_method=m.cpu_ram_method, facility_energy_j=m.facility_energy_j,
+        co2e_g=m.co2e_g, cost_usd=m.cost.cost_usd, cost_source=m.cost_source,
+        pue_source=m.pue_source, intensity_source=m.intensity_source, simulated=m.simulated)
+
+
+def _host_rows(team: Team, hosts: list[Host], start: dt.datetime, end: dt.datetime,
+               seen: Seen | None = None) -> list[dict]:
+    """Per host: energy and location-based carbon from the KPI engine's measure_gpus, cost and
+    idle GPU-hours from the cost model, and the Scope 2/3 label."""
+    measured, costs = _measured(hosts, start, end, seen)
+    # Every host's site in one query, not one per host (125 hosts at 1,000 GPUs).
     sites = {hs.host_id: hs.site for hs in
              HostSite.objects.filter(host__in=hosts).select_related("site").order_by("pk")}
     out = []
     for host in hosts:
-        gpus = gpus_of[host.id]
-        t = measure_gpus(gpus, start, end, factors)
+        t = measured[host.id]
         k = metrics.derive(t, (end - start).total_seconds())
         cost = costs[host.id]
         site = sites.get(host.id)
@@ -368,11 +398,19 @@ def _jobs(team: Team, start: dt.datetime, end: dt.datetime) -> list[dict]:
     return out
 
 
-def _recommendations(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
+def _recommendations(team: Team, start: dt.datetime, end: dt.datetime,
+                     seen: Seen | None = None) -> dict:
     """The cost model's recommendations as they stood at month end (window = the month)."""
     days = max(1, round((end - start).total_seconds() / 86400))
     try:
-        recs = team_recommendations(team, days, now=end)
+        # The month's usage and the savings basis summed per GPU (month_cost.team_usage), not
+        # read hour by hour: the same figures as collect()'s.
+        # The host rows of a window the month's rows already read are not read again.
+        seen = seen or {}
+        usage = month_cost.team_usage(team, days, end, seen=seen)
+        basis = usage if days == BASIS_DAYS else month_cost.team_usage(team, BASIS_DAYS, end,
+                                                                       seen=seen)
+        recs = team_recommendations(team, days, now=end, usage=usage, basis=basis)
     except Exception as exc:  # a recommendation failure must not sink the whole report
         return {"items": [], "note": f"recommendations could not be computed: {exc}"}
     items = [{"kind": r["kind"], "subject": r["subject"],
@@ -476,7 +514,8 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
     prev_start, prev_end = month_window(team, month.previous(), zone)
     progress(10, "hosts: energy, carbon and cost")
     hosts = list(Host.objects.filter(team=team).prefetch_related("gpus"))
-    host_rows = _host_rows(team, hosts, start, end)
+    seen: Seen = {}
+    host_rows = _host_rows(team, hosts, start, end, seen)
     progress(35, "team totals and the previous month")
     totals = _totals(team, host_rows, start, end)
     previous = _totals(team, _host_rows(team, hosts, prev_start, prev_end), prev_start,
@@ -491,7 +530,7 @@ def month_figures(team: Team, month: Month, now: dt.datetime | None = None,
     workloads = _workloads(team, start, end)
     jobs = _jobs(team, start, end)
     progress(70, "recommendations and alerts")
-    recs = _recommendations(team, start, end)
+    recs = _recommendations(team, start, end, seen)
     hours = int((end - start).total_seconds() // 3600)
     boundary = ""
     if start.minute or end.minute:  # zones offset by :30 or :45 from UTC
