@@ -50,6 +50,7 @@ class Card:
     prefix: str = ""
     fix_href: str = ""  # where a user fixes what blanks or limits the figure
     fix_label: str = ""
+    pending: bool = False  # being computed: nothing to compare yet either
 
 
 @dataclass
@@ -366,7 +367,7 @@ def pending_kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
         "overview": {"current": {}, "previous": {}, "change_pct": {}, "comparable": False,
                      "previous_partial": False, "start": w.start.isoformat(),
                      "end": w.end.isoformat(), "window_text": w.text,
-                     "coverage": {"text": "host-hours measured: being computed"},
+                     "coverage": {"text": ""},  # the page says they are being computed
                      "coverage_flag": ""},
         "month": {},
         "month_coverage": {"text": "being computed"} if month is not None else None,
@@ -466,6 +467,7 @@ def headline(
                 note=f"{one}-hours under {costs_now['idle_threshold_pct']:g} % utilisation")
     if costs_now["priced_cost_usd"] is None:  # a frozen Usage without this window yet
         cost.note = idle.note = "being computed"
+        cost.pending = idle.pending = True
     if not missing.count and not missing_before.count:
         idle.change_pct = metrics.change_pct(
             costs_now["idle_cost_usd"], costs_before["idle_cost_usd"]
@@ -512,7 +514,7 @@ def headline(
     if kpis_kept["state"] == refresh.NONE:  # no KPI figure yet: unknown, and why
         for c in cards:
             if c.key not in ("cost_usd", "idle_cost_usd"):
-                c.note, c.fix_href = "being computed", ""
+                c.note, c.fix_href, c.pending = "being computed", "", True
     return {
         "range": key,
         "label": label,

@@ -91,12 +91,13 @@ def test_cold_cache_says_being_computed_then_the_refresh_fills_it(client, users,
               mock.patch("greenops.queueing.run_after_response")):  # the refreshes held back
             first = client.get(url).content.decode()
         assert kpis_state(first) == "none" and energy_card(first) == "unknown"
-        assert "Energy, carbon and inference figures are being computed" in first
+        assert ("energy, carbon and inference figures being computed; reload in a minute"
+                in first)
         assert "energy, carbon and inferences being computed" in first  # the month line
         client.get(url)  # its refreshes run after this response, in-process
         third = client.get(url).content.decode()
     assert kpis_state(third) == "current" and energy_card(third) == "24.00 kWh"
-    assert "Energy, carbon and inference figures" not in third
+    assert "energy, carbon and inference figures" not in third
 
 
 def test_new_rows_show_the_last_figures_labelled_until_the_refresh(
@@ -124,7 +125,7 @@ def test_new_rows_show_the_last_figures_labelled_until_the_refresh(
               mock.patch("greenops.queueing.run_after_response")):
             stale = client.get(url).content.decode()
         assert kpis_state(stale) == "stale" and energy_card(stale) == "24.00 kWh"
-        assert "Energy, carbon and inference figures as of 12:30 UTC, refreshing." in stale
+        assert "energy, carbon and inference figures as of 12:30 UTC, refreshing" in stale
         client.get(url)  # its refresh runs after the response
         fresh = client.get(url).content.decode()
     assert kpis_state(fresh) == "current" and energy_card(fresh) == "25.00 kWh"
