@@ -448,7 +448,9 @@ def headline(
     prices_url = reverse("price-overrides", args=[slug])
 
     # The team's devices by their kind (issue 33): "GPU" only where every device is one.
-    kinds = set(Gpu.objects.filter(host__team=team).values_list("kind", flat=True).distinct())
+    # order_by(): the model's ordering would add its columns to the DISTINCT (a row per GPU).
+    kinds = set(Gpu.objects.filter(host__team=team).order_by().values_list("kind", flat=True)
+                .distinct())
     one, many = devices_noun(kinds, plural=False), devices_noun(kinds)
     one_cap = one[:1].upper() + one[1:]
     cost = Card("cost_usd", "Cost", costs_now["priced_cost_usd"], "", 2, costs_url,

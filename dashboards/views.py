@@ -59,9 +59,11 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     # What the team's devices are called ("GPUs", "accelerators", "devices" for a mix).
     # Each chart line says what its device is ("inf2-1 · accelerator 0"): only the non-GPUs
     # need naming, GPUs are the charts' default.
-    devices = list(Gpu.objects.filter(host__team=team).values_list("host__name", "index", "kind"))
-    device_kinds = sorted({kind for _, _, kind in devices})
-    nouns = {(h, i): DEVICE_NOUNS[kind][0] for h, i, kind in devices if kind != DeviceKind.GPU}
+    # The kinds, and the non-GPU devices only: a GPU fleet of 10,000 reads no row per GPU here.
+    team_devices = Gpu.objects.filter(host__team=team)
+    device_kinds = sorted(team_devices.order_by().values_list("kind", flat=True).distinct())
+    nouns = {(h, i): DEVICE_NOUNS[kind][0] for h, i, kind in team_devices.exclude(
+        kind=DeviceKind.GPU).values_list("host__name", "index", "kind")}
     ctx = {
         "team": team,
         "head": headline.headline(team, key, now, usage, kpis, kpis_kept),
