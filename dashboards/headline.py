@@ -9,12 +9,14 @@ same figure the linked page shows.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, field
 
 from django.core.cache import cache
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboards import refresh
 from greenops import windows
 from greenops.alerts.models import FIRING_STATES, Rule
 from greenops.costs import accounting
@@ -48,6 +50,7 @@ class Card:
     prefix: str = ""
     fix_href: str = ""  # where a user fixes what blanks or limits the figure
     fix_label: str = ""
+    pending: bool = False  # being computed: nothing to compare yet either
 
 
 @dataclass
@@ -249,16 +252,19 @@ def latest_key(team_id: int, created: float) -> str:
     return f"team-home:latest:v1:{team_id}:{created:.6f}"
 
 
-def page_figures(team: Team, range_key: str, now: dt.datetime) -> tuple[Usage, dict]:
+def page_figures(team: Team, range_key: str, now: dt.datetime) -> tuple[Usage, dict, dict]:
     """What the team home reads from the cache, in two round trips (the generations, then the
     entries): its cost figures -- this hour's snapshot, else the previous hour's, else the last
-    one the team had (an edit or an hour older), else none -- and its KPI figures (kpi_figures,
-    computed and stored when missing).
+    one the team had (an edit or an hour older), else none -- and its KPI figures at the range
+    (kpi_figures): the current ones, else computed here when that is quick, else the last ones
+    the team had at the range, else none. Returns (usage, kpis, {"state", "computed_at"} of
+    the KPI figures).
 
     The cost figures are never computed here: at 1,000 GPUs they take tens of seconds, which
     a visitor after a price edit or a Redis restart would wait for. The Usage returned is
     frozen; unless its state is "current" the caller queues dashboards.tasks.refresh_team_home
-    and the page shows what it has with its time, or says the figures are being computed."""
+    and the page shows what it has with its time, or says the figures are being computed. The
+    same for the KPI figures unless their state is "current" (refresh_team_kpis)."""
     generations = _generations(team.id)
     hour = windows.floor_hour(now)
     created = team.created_at.timestamp()
@@ -266,25 +272,21 @@ def page_figures(team: Team, range_key: str, now: dt.datetime) -> tuple[Usage, d
         snapshot_key(team.id, h, generations[0], created)
         for h in (hour, hour - dt.timedelta(hours=1))
     ] + [latest_key(team.id, created)]
-    kpis_at = kpis_key(team, range_key, now, generations)
-    found = cache.get_many([*keys, kpis_at])
-    usage = Usage(now=now, computed_at=None, frozen=True, state="none")
-    for i, key in enumerate(keys):
-        snap = found.get(key)
-        if snap is not None and snap.get("team_id") == team.id:
-            usage = Usage(
-                snap["figures"],
-                now=snap["now"],
-                computed_at=snap["computed_at"],
-                frozen=True,
-                state="current" if i == 0 else "stale",
-            )
-            break
-    kpis = found.get(kpis_at)
-    if kpis is None:
-        kpis = kpi_figures(team, range_key, now)
-        cache.set(kpis_at, kpis, KPIS_TTL_S)
-    return usage, kpis
+    kpi_keys = [kpis_key(team, range_key, now, generations),
+                kpis_latest_key(team, range_key)]
+    found = cache.get_many([*keys, *kpi_keys])
+    snap, state = refresh.pick(found, keys, team.id)
+    usage = Usage(now=now, computed_at=None, frozen=True, state=state)
+    if snap is not None:
+        usage = Usage(snap["figures"], now=snap["now"], computed_at=snap["computed_at"],
+                      frozen=True, state=state)
+    kept, kpis_state = refresh.pick(found, kpi_keys, team.id)
+    if kpis_state != refresh.CURRENT and _kpis_quick(team, kept):
+        kept, kpis_state = _keep_kpis(team, range_key, now, kpi_keys[0]), refresh.CURRENT
+    if kept is None:
+        return usage, pending_kpi_figures(team, range_key, now), {"state": kpis_state,
+                                                                   "computed_at": None}
+    return usage, kept["figures"], {"state": kpis_state, "computed_at": kept["computed_at"]}
 
 
 def save_snapshot(team: Team, usage: Usage) -> None:
@@ -332,6 +334,17 @@ def take_snapshot(team: Team, now: dt.datetime | None = None) -> Usage:
 KPIS_TTL_S = 2 * 3600
 
 
+# A page computes the KPI figures itself only when that is quick: when the team's last ones
+# took under KPI_INLINE_S, or, with none kept (a cold cache), for a team of at most
+# KPI_INLINE_HOSTS hosts. Otherwise it shows the last ones the team had at the range (labelled
+# with their time) or says they are being computed, and dashboards.tasks.refresh_team_kpis
+# computes them: the page never waits on them (issue 35: a cold cache took 15-32 s at 10,000
+# GPUs).
+KPI_INLINE_S = 0.25
+KPI_INLINE_HOSTS = 64
+KPIS_LATEST_TTL_S = 7 * 86400
+
+
 def kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
     """What the team home reads from KPI rollups at `range_key`, computed now."""
     month = month_window(team, now)
@@ -345,6 +358,48 @@ def kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
     }
 
 
+def pending_kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
+    """kpi_figures' shape with no figure in it (unknown, never 0): what a page shows while
+    they are being computed, over the windows they will cover."""
+    w = kpi_queries.window(kpi_range(range_key), now)
+    month = month_window(team, now)
+    return {
+        "overview": {"current": {}, "previous": {}, "change_pct": {}, "comparable": False,
+                     "previous_partial": False, "start": w.start.isoformat(),
+                     "end": w.end.isoformat(), "window_text": w.text,
+                     "coverage": {"text": ""},  # the page says they are being computed
+                     "coverage_flag": ""},
+        "month": {},
+        "month_coverage": {"text": "being computed"} if month is not None else None,
+        "daily": {"t": [], "simulated": False, "cost_usd": {}, "co2e_kg": {}},
+    }
+
+
+def _kpis_quick(team: Team, kept: dict | None) -> bool:
+    if kept is not None:
+        return kept.get("took_s", float("inf")) < KPI_INLINE_S
+    return Host.objects.filter(team=team).count() <= KPI_INLINE_HOSTS
+
+
+def _keep_kpis(team: Team, range_key: str, now: dt.datetime, key: str) -> dict:
+    """Compute the KPI figures at the range and keep them under `key` (their generations') and
+    as the team's last ones at the range, with when and how long they took."""
+    t0 = time.perf_counter()
+    figures = kpi_figures(team, range_key, now)
+    entry = {"team_id": team.id, "figures": figures, "computed_at": timezone.now(),
+             "took_s": time.perf_counter() - t0}
+    cache.set_many({key: entry}, KPIS_TTL_S)
+    cache.set(kpis_latest_key(team, range_key), entry, KPIS_LATEST_TTL_S)
+    return entry
+
+
+def keep_kpi_figures(team: Team, range_key: str, now: dt.datetime) -> dict:
+    """dashboards.tasks.refresh_team_kpis: the KPI figures at the range, computed and kept for
+    the page. The key is read before computing: rows written meanwhile move the generation,
+    and the next view refreshes again rather than keep older figures as current."""
+    return _keep_kpis(team, range_key, now, kpis_key(team, range_key, now))
+
+
 def kpis_key(
     team: Team, range_key: str, now: dt.datetime, generations: tuple[str, int] | None = None
 ) -> str:
@@ -352,10 +407,17 @@ def kpis_key(
     cost_generation, kpi_generation = generations or _generations(team.id)
     month = windows.month_containing(now, team.time_zone)
     return (
-        f"team-home:kpis:v1:{team.id}:{team.created_at.timestamp():.6f}:"
+        f"team-home:kpis:v2:{team.id}:{team.created_at.timestamp():.6f}:"
         f"{kpi_range(range_key)}:{windows.floor_hour(now):%Y%m%dT%H}:"
         f"{month.start:%Y%m%dT%H%M}:{kpi_generation}:{cost_generation}"
     )
+
+
+def kpis_latest_key(team: Team, range_key: str) -> str:
+    """Where the last KPI figures the team had at the range are kept, whatever their hour and
+    generations: what a page shows, labelled with their time, while a task computes them."""
+    return (f"team-home:kpis-latest:v1:{team.id}:{team.created_at.timestamp():.6f}:"
+            f"{kpi_range(range_key)}")
 
 
 def headline(
@@ -364,8 +426,11 @@ def headline(
     now: dt.datetime | None = None,
     usage: Usage | None = None,
     kpis: dict | None = None,
+    kpis_kept: dict | None = None,
 ) -> dict:
-    """The cards; `kpis`: kpi_figures (or page_figures') of the same team, range and clock."""
+    """The cards; `kpis`: kpi_figures (or page_figures') of the same team, range and clock;
+    `kpis_kept`: page_figures' word on them ({"state", "computed_at"}; computed now if None)."""
+    kpis_kept = kpis_kept or {"state": refresh.CURRENT, "computed_at": None}
     now = now or timezone.now()
     usage = usage or Usage(now=now)
     kpis = kpis or kpi_figures(team, range_key, now)
@@ -383,7 +448,9 @@ def headline(
     prices_url = reverse("price-overrides", args=[slug])
 
     # The team's devices by their kind (issue 33): "GPU" only where every device is one.
-    kinds = set(Gpu.objects.filter(host__team=team).values_list("kind", flat=True).distinct())
+    # order_by(): the model's ordering would add its columns to the DISTINCT (a row per GPU).
+    kinds = set(Gpu.objects.filter(host__team=team).order_by().values_list("kind", flat=True)
+                .distinct())
     one, many = devices_noun(kinds, plural=False), devices_noun(kinds)
     one_cap = one[:1].upper() + one[1:]
     cost = Card("cost_usd", "Cost", costs_now["priced_cost_usd"], "", 2, costs_url,
@@ -402,6 +469,7 @@ def headline(
                 note=f"{one}-hours under {costs_now['idle_threshold_pct']:g} % utilisation")
     if costs_now["priced_cost_usd"] is None:  # a frozen Usage without this window yet
         cost.note = idle.note = "being computed"
+        cost.pending = idle.pending = True
     if not missing.count and not missing_before.count:
         idle.change_pct = metrics.change_pct(
             costs_now["idle_cost_usd"], costs_before["idle_cost_usd"]
@@ -445,6 +513,10 @@ def headline(
              change.get("gpu_util_pct")),
         idle,
     ]
+    if kpis_kept["state"] == refresh.NONE:  # no KPI figure yet: unknown, and why
+        for c in cards:
+            if c.key not in ("cost_usd", "idle_cost_usd"):
+                c.note, c.fix_href, c.pending = "being computed", "", True
     return {
         "range": key,
         "label": label,
@@ -465,6 +537,10 @@ def headline(
         "costs_end": windows.floor_hour(cnow),
         "costs_state": usage.state,
         "costs_pending": usage.pending,
+        # When the KPI figures (every card but cost and idle cost, the month's energy, carbon
+        # and inferences) were computed: "current", else the last ones ("stale") or none yet.
+        "kpis_state": kpis_kept["state"],
+        "kpis_as_of": kpis_kept["computed_at"],
         "end_hour": windows.floor_hour(now),
     }
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from django.core.cache import cache
 from django.utils import timezone
 
-from dashboards import headline
-from greenops import queueing
+from dashboards import headline, refresh
 from greenops.beat import single_flight
 from greenops.teams.models import Team
 from greenops.telemetry import fleetroll
@@ -38,9 +36,8 @@ def snapshot_team_homes() -> int:
     return taken
 
 
-# A team's refresh is queued once per this many seconds at most (a burst of page views after
-# an edit queues one task); the task clears the mark when it is done.
-REFRESH_MARK_S = 600
+# A team's refresh is queued once per this many seconds at most (dashboards.refresh).
+REFRESH_MARK_S = refresh.MARK_S
 
 
 def refresh_mark(team_id: int) -> str:
@@ -50,10 +47,7 @@ def refresh_mark(team_id: int) -> str:
 def request_refresh(team: Team) -> bool:
     """A page found no current snapshot: queue one refresh of the team's cost figures, unless
     one is already queued. True when this call queued it."""
-    if not cache.add(refresh_mark(team.id), 1, REFRESH_MARK_S):
-        return False
-    queueing.publish_after_response(refresh_team_home, team.id)
-    return True
+    return refresh.request(refresh_team_home, refresh_mark(team.id), team.id)
 
 
 @shared_task
@@ -67,7 +61,32 @@ def refresh_team_home(team_id: int) -> bool:
         headline.take_snapshot(team, timezone.now())
         return True
     finally:
-        cache.delete(refresh_mark(team_id))
+        refresh.done(refresh_mark(team_id))
+
+
+def kpis_refresh_mark(team_id: int, range_key: str) -> str:
+    return f"team-home:kpis-refreshing:{team_id}:{headline.kpi_range(range_key)}"
+
+
+def request_kpis_refresh(team: Team, range_key: str) -> bool:
+    """A page found no current KPI figures for the range and did not compute them (too slow
+    for a request): queue one refresh. True when this call queued it."""
+    return refresh.request(refresh_team_kpis, kpis_refresh_mark(team.id, range_key), team.id,
+                           headline.kpi_range(range_key))
+
+
+@shared_task
+def refresh_team_kpis(team_id: int, range_key: str) -> bool:
+    """The team home's KPI figures (cards, month to date, daily bars) at `range_key`, computed
+    now and kept (headline.keep_kpi_figures). False when the team is gone."""
+    try:
+        team = Team.objects.filter(id=team_id).first()
+        if team is None:
+            return False
+        headline.keep_kpi_figures(team, range_key, timezone.now())
+        return True
+    finally:
+        refresh.done(kpis_refresh_mark(team_id, range_key))
 
 
 @shared_task

@@ -45,9 +45,12 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     # labelled with its time, else "being computed" -- never computed in the request (tens of
     # seconds at 1,000 GPUs): dashboards.tasks.refresh_team_home takes it. The cards, month to
     # date and daily bars: KPI rollups only, kept until those change.
-    usage, kpis = headline.page_figures(team, key, now)
+    usage, kpis, kpis_kept = headline.page_figures(team, key, now)
     if usage.state != "current":  # a task computes them; the page shows what it has
         tasks.request_refresh(team)
+    # The KPI figures likewise, where computing them here would not be quick (page_figures).
+    if kpis_kept["state"] != "current":
+        tasks.request_kpis_refresh(team, key)
     days = kpis["daily"]
     # Removed hosts keep their history in the charts but leave the host table (Hosts page lists
     # them separately). At most HOME_HOSTS rows, offline ones first (what needs a look); the
@@ -56,12 +59,14 @@ def team_dashboard(request: HttpRequest, team: Team) -> HttpResponse:
     # What the team's devices are called ("GPUs", "accelerators", "devices" for a mix).
     # Each chart line says what its device is ("inf2-1 · accelerator 0"): only the non-GPUs
     # need naming, GPUs are the charts' default.
-    devices = list(Gpu.objects.filter(host__team=team).values_list("host__name", "index", "kind"))
-    device_kinds = sorted({kind for _, _, kind in devices})
-    nouns = {(h, i): DEVICE_NOUNS[kind][0] for h, i, kind in devices if kind != DeviceKind.GPU}
+    # The kinds, and the non-GPU devices only: a GPU fleet of 10,000 reads no row per GPU here.
+    team_devices = Gpu.objects.filter(host__team=team)
+    device_kinds = sorted(team_devices.order_by().values_list("kind", flat=True).distinct())
+    nouns = {(h, i): DEVICE_NOUNS[kind][0] for h, i, kind in team_devices.exclude(
+        kind=DeviceKind.GPU).values_list("host__name", "index", "kind")}
     ctx = {
         "team": team,
-        "head": headline.headline(team, key, now, usage, kpis),
+        "head": headline.headline(team, key, now, usage, kpis, kpis_kept),
         "recommendations": headline.top_recommendations(team, now, usage=usage),
         "costs_pending": usage.pending,
         "firing": headline.firing_alerts(team),

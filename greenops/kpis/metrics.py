@@ -51,6 +51,10 @@ class Totals:
     pue_source: str = ""
     intensity_source: str = ""
     simulated: bool = False
+    # Team rows: host-hours with a GPU sample, and of them those outside the host's
+    # enrollment (KpiRollup.hosts_measured); None on workload rows.
+    hosts_measured: int | None = None
+    hosts_unenrolled: int | None = None
 
     @property
     def energy_j(self) -> float:
@@ -126,6 +130,9 @@ def merge(items: Iterable) -> Totals:
         out.facility_energy_j += r.facility_energy_j
         out.co2e_g += r.co2e_g
         out.simulated = out.simulated or r.simulated
+        for name in ("hosts_measured", "hosts_unenrolled"):
+            if getattr(r, name) is not None:
+                setattr(out, name, (getattr(out, name) or 0) + getattr(r, name))
     # Buckets do not overlap, so their measured seconds add up; one unknown makes the sum
     # unknown (a rate over a partly known time would be too high).
     measured = [r.measured_s for r in items]

@@ -115,6 +115,14 @@ class KpiRollup(models.Model):
     inference_co2e_g = models.FloatField(null=True)
     inference_cost_usd = models.FloatField(null=True)
     cost_source = models.CharField(max_length=300, blank=True)
+    # Team rows: the team's hosts with a GPU sample in the bucket (host-hours measured; a host
+    # with 8 GPUs counts once per hour), and how many of those were measured outside the host's
+    # enrollment (before the hour it was created in, from the time it was removed: a replayed
+    # spool), which count as hours of the period too (queries.host_hours). Kept here so the
+    # coverage of a period reads one row per bucket instead of every GPU-hour. Null on workload
+    # rows.
+    hosts_measured = models.IntegerField(null=True)
+    hosts_unenrolled = models.IntegerField(null=True)
     simulated = models.BooleanField(default=False)
     computed_at = models.DateTimeField(default=timezone.now)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import datetime as dt
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import Q
 
 from greenops import windows
 from greenops.kpis import metrics
 from greenops.kpis.models import KpiRollup, Period  # noqa: F401 (Period: pages read it here)
 from greenops.teams.models import Team
-from greenops.telemetry.models import GpuHour, Host
+from greenops.telemetry.models import Host
 from greenops.workloads.models import Workload
 
 # Named ranges the KPI pages offer (greenops.windows owns them) and the rollup period that
@@ -107,10 +107,16 @@ def overview(team: Team, workload: Workload | None, range_key: str,
     return window_overview(team, workload, window(range_key, now), PERIOD[range_key])
 
 
-def host_hours(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
+def host_hours(team: Team, start: dt.datetime, end: dt.datetime,
+               rollups: list[KpiRollup] | None = None) -> dict:
     """How much of a period was measured: the team's host-hours in [start, end) -- each hour in
     which a host existed (enrolled, not yet removed) -- and how many of them had a GPU sample.
-    {"measured", "expected", "share" (None: no host existed), "text"}."""
+    {"measured", "expected", "share" (None: no host existed), "text"}.
+
+    Measured host-hours come from the team's KPI rows (KpiRollup.hosts_measured, counted when
+    rollup.rollup_hour builds the hour), one per bucket: never from the GPU-hours themselves,
+    which grow with the fleet. `rollups`: the team rows of [start, end) (rows_by_day) when the
+    caller read them already."""
     expected = 0
     for created, removed in Host.objects.filter(team=team).values_list("created_at",
                                                                        "removed_at"):
@@ -118,14 +124,12 @@ def host_hours(team: Team, start: dt.datetime, end: dt.datetime) -> dict:
         hi = min(end, removed) if removed else end
         if hi > lo:
             expected += windows.Window(lo, hi).bucket_count(windows.HOUR)
-    rows = GpuHour.objects.filter(gpu__host__team=team, bucket__gte=start, bucket__lt=end,
-                                  samples__gt=0)
-    measured = rows.values("gpu__host_id", "bucket").distinct().count()
+    if rollups is None:
+        rollups = rows_by_day(team, None, start, end)
+    measured = sum(r.hosts_measured or 0 for r in rollups)
     # Hours measured outside a host's enrollment (a replayed spool, rows written before the
     # host row): measured, so they count as hours of the period too.
-    expected += (rows.filter(Q(bucket__lte=F("gpu__host__created_at") - windows.HOUR)
-                             | Q(bucket__gte=F("gpu__host__removed_at")))
-                 .values("gpu__host_id", "bucket").distinct().count())
+    expected += sum(r.hosts_unenrolled or 0 for r in rollups)
     share = measured / expected if expected else None
     text = (f"{share * 100:.0f} % of host-hours measured ({measured:,} of {expected:,})"
             if share is not None else "no host in this period")
@@ -172,7 +176,11 @@ def window_overview(team: Team, workload: Workload | None, w: windows.Window,
     clock_hour = w.span <= windows.HOUR
     comparable = (not clock_hour and buckets_now > 0
                   and buckets_before >= COMPARABLE_COVERAGE * buckets_now)
-    cov_now, cov_before = host_hours(team, start, end), host_hours(team, start - span, start)
+    if workload is None:  # the team rows already read hold the measured host-hours
+        cov_now = host_hours(team, start, end, now_rows)
+        cov_before = host_hours(team, start - span, start, before_rows)
+    else:
+        cov_now, cov_before = host_hours(team, start, end), host_hours(team, start - span, start)
     flag = coverage_flag(cov_now, cov_before) if not clock_hour else ""
     comparable = comparable and not flag
     changes = {k: metrics.change_pct(current.get(k), previous.get(k)) if comparable else None

@@ -28,7 +28,7 @@ from greenops.kpis.measure import Factors, add_inference, cached_factors, measur
 from greenops.kpis.models import InferenceBatch, InferenceWindow, KpiRollup, Period, RollupCursor
 from greenops.teams.models import Team
 from greenops.telemetry import late
-from greenops.telemetry.models import Gpu, LateHour
+from greenops.telemetry.models import Gpu, GpuHour, LateHour
 from greenops.windows import floor_day, floor_hour
 from greenops.workloads.models import Workload, WorkloadKind
 
@@ -41,8 +41,9 @@ OVERLAP = dt.timedelta(minutes=5)
 
 def _empty(t: metrics.Totals) -> bool:
     # A committed host costs money in an hour it did not run: that hour is not empty.
-    return not (t.requests or t.gpu_minutes or t.gpu_energy_j or t.cpu_ram_energy_j
-                or t.latency_buckets or t.latency_n or t.cost_usd is None or t.cost_usd)
+    return not (t.requests or t.gpu_minutes or t.hosts_measured or t.gpu_energy_j
+                or t.cpu_ram_energy_j or t.latency_buckets or t.latency_n or t.cost_usd is None
+                or t.cost_usd)
 
 
 # A counter per team that every write of its KPI rollups bumps once committed, so figures
@@ -84,6 +85,19 @@ def _save(team: Team, workload: Workload | None, period: str, bucket: dt.datetim
     _changed(team.id)
 
 
+def hosts_measured(team: Team, gpus: list[Gpu], hour: dt.datetime) -> tuple[int, int]:
+    """(the team's hosts with a GPU sample in `hour`, of them those measured outside their
+    enrollment: `hour` before the one the host was created in, or from its removal on). A
+    host counts once however many of its GPUs reported; `gpus`: the team's, with their hosts."""
+    measured = set(GpuHour.objects.filter(gpu__host__team=team, bucket=hour, samples__gt=0)
+                   .values_list("gpu__host_id", flat=True).distinct())
+    hosts = {g.host_id: g.host for g in gpus}
+    outside = sum(1 for h in map(hosts.get, measured) if h is not None and (
+        (h.created_at is not None and hour < floor_hour(h.created_at))
+        or (h.removed_at is not None and hour >= h.removed_at)))
+    return len(measured), outside
+
+
 def rollup_hour(team: Team, hour: dt.datetime, factors: Factors | None = None) -> None:
     """Rebuild one hour's rows: one per workload, plus the team total (workload null)."""
     end = hour + HOUR
@@ -105,6 +119,7 @@ def rollup_hour(team: Team, hour: dt.datetime, factors: Factors | None = None) -
         served = measure_gpus(inference_gpus, hour, end, factors)
         t.inference_energy_j, t.inference_co2e_g = served.energy_j, served.co2e_g
         t.inference_cost_usd = served.cost_usd
+        t.hosts_measured, t.hosts_unenrolled = hosts_measured(team, team_gpus, hour)
         _save(team, None, Period.HOUR, hour, t)
 
 

@@ -160,6 +160,55 @@ def changed_periods(team: Team, gpu_ids: list[int], fills: dict[int, FleetFill],
     return out
 
 
+# For the minute grids' lookback: per hour from `lo`, the samples the hour rollups hold for the
+# team's GPUs ('h'), and those the minute rollups hold after the stored buckets' end in the
+# hour that end falls in ('m': only the minutes since the previous run, which it reads for
+# its new buckets anyway). One statement, so both come from one snapshot of what ingest stored
+# (it writes a batch's minute and hour rollups in one statement).
+_HOUR_SAMPLES_SQL = """
+    SELECT 'h', bucket, sum(samples) FROM telemetry_gpuhour
+        WHERE gpu_id = ANY(%(gpus)s::bigint[]) AND bucket >= %(lo)s AND bucket < %(hi)s
+        GROUP BY bucket
+    UNION ALL
+    SELECT 'm', date_trunc('hour', bucket), sum(samples) FROM telemetry_gpuminute
+        WHERE gpu_id = ANY(%(gpus)s::bigint[]) AND bucket >= %(until)s AND bucket < %(hi)s
+        GROUP BY 2
+"""
+
+
+def changed_hours(team: Team, grid: Grid, gpu_ids: list[int], lo: dt.datetime,
+                  until: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The whole hours in [lo, until) (lo hour-aligned) whose stored buckets at a minute grid
+    no longer hold what the rollups do: a batch stored after them (any batch adds samples), a
+    GPU added with history, a host deleted with it. Compared through the hour rollups -- the
+    samples of the hour's stored buckets, plus those of its minutes after `until`, against
+    the hour's rollups -- instead of recomputing every bucket of the lookback from the per-GPU
+    minute rows each run (issue 35: at 10,000 GPUs that re-read ~2 M minute rows a minute)."""
+    hi = ceil(until, dt.timedelta(hours=1))
+    if lo >= hi:
+        return []
+    rollup: dict[dt.datetime, int] = {}
+    tail: dict[dt.datetime, int] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_HOUR_SAMPLES_SQL, {"gpus": store.int_array(gpu_ids), "lo": lo,
+                                           "hi": hi, "until": until})
+        for kind, hour, n in cursor.fetchall():
+            (rollup if kind == "h" else tail)[hour] = int(n)
+    stored: dict[dt.datetime, int] = {}
+    for bucket, n in FleetBucket.objects.filter(
+            team=team, step_s=grid.step_s, bucket__gte=lo, bucket__lt=until).values_list(
+            "bucket", "samples"):
+        hour = floor(bucket, dt.timedelta(hours=1))
+        stored[hour] = stored.get(hour, 0) + n
+    out = []
+    hour = lo
+    while hour < hi:
+        if rollup.get(hour, 0) != stored.get(hour, 0) + tail.get(hour, 0):
+            out.append((hour, hour + dt.timedelta(hours=1)))
+        hour += dt.timedelta(hours=1)
+    return out
+
+
 def _store(team: Team, grid: Grid, gpus: list[tuple[int, int]], start: dt.datetime,
            end: dt.datetime) -> int:
     """Recompute and replace the stored buckets in [start, end) (multiples of the step) of
@@ -231,7 +280,16 @@ def fill_team(team: Team, now: dt.datetime | None = None) -> dict:
         else:
             redo_from = max(fill.start, floor(min(late.reach(fill.filled_at), fill.until),
                                               step))
-            periods.append((redo_from, until))
+            if grid.resolution == "minute":
+                # The lookback's whole hours are recomputed only where the hour rollups say
+                # they changed; the buckets before the first whole hour (the kept span's
+                # edge) as before, and the new ones.
+                first_hour = ceil(redo_from, dt.timedelta(hours=1))
+                periods.append((redo_from, min(first_hour, fill.until)))
+                periods += changed_hours(team, grid, gpu_ids, first_hour, fill.until)
+                periods.append((fill.until, until))
+            else:
+                periods.append((redo_from, until))
             periods += [(max(lo, fill.start), min(hi, fill.until)) for lo, hi in changed]
         # Whole buckets (a changed hour inside a 3-hour bucket recomputes the bucket), within
         # what is kept and closed.

@@ -141,9 +141,9 @@ def test_an_edit_shows_the_last_figures_labelled_until_the_refresh(client, users
 
 
 def test_a_burst_of_views_queues_one_refresh(rf, team, users):
-    from dashboards import tasks
+    from dashboards import refresh, tasks
 
-    with mock.patch.object(tasks.queueing, "publish_after_response") as publish:
+    with mock.patch.object(refresh.queueing, "publish_after_response") as publish:
         assert tasks.request_refresh(team) is True
         assert tasks.request_refresh(team) is False
         assert tasks.request_refresh(team) is False

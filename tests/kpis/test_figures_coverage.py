@@ -65,6 +65,7 @@ def test_kpi_change_is_flagged_under_90_percent_of_host_hours(client, users, tea
 
 
 def test_report_change_against_a_barely_measured_month_is_flagged(team, settings):
+    from greenops.kpis.models import KpiRollup, Period
     from greenops.reports import month_figures, present
     from greenops.telemetry.models import Host
 
@@ -73,6 +74,13 @@ def test_report_change_against_a_barely_measured_month_is_flagged(team, settings
         created_at=dt.datetime(2026, 10, 31, 20, tzinfo=UTC))
     nov = [dt.datetime(2026, 11, 1, tzinfo=UTC) + i * HOUR for i in range(720)]
     _hours(host.gpus.get(), [dt.datetime(2026, 10, 31, 22, tzinfo=UTC), *nov], 1.0)
+    # Coverage reads the host-hours measured from the team's KPI hour rows (as the report's
+    # carbon figures do): one per measured hour, as rollup.rollup_hour writes them (its count is
+    # tested in test_host_hours_rollup.py; rebuilding 721 hours here would take ~15 s).
+    KpiRollup.objects.bulk_create([
+        KpiRollup(team=team, period=Period.HOUR, bucket=h, gpu_minutes=60, gpu_energy_j=1.0,
+                  hosts_measured=1, hosts_unenrolled=0)
+        for h in [dt.datetime(2026, 10, 31, 22, tzinfo=UTC), *nov]])
     fig = month_figures.month_figures(team, month_figures.Month(2026, 11), now=NOW)
     assert fig["coverage"]["share"] == 1.0
     assert fig["previous_coverage"]["share"] == 0.25  # 1 of 4 host-hours

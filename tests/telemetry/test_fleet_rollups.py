@@ -482,3 +482,24 @@ def test_a_bucket_is_stored_before_the_grace_once_the_data_say_it_is_complete(te
     fs = team_fleet_series(team, "hour", later)
     assert fs == fleet_series(team_gpus(team), "hour", later)
     assert fs["gpus_reporting"][at(fs, minute - dt.timedelta(minutes=1))] == 18
+
+
+def test_lookback_recomputes_only_the_hours_whose_rollups_changed(fleet, team):
+    """Issue 35: the minute grids' lookback compares each whole hour's stored samples with the
+    hour rollups instead of recomputing every bucket from the per-GPU minute rows each run.
+    Runs at 12:29:30 then 12:30:30 with nothing new: the 300 s grid recomputes nothing (it
+    recomputed 10:00-12:25, 30 buckets, before); the 60 s grid only the part of its kept hour
+    before the first whole hour (11:29-12:00, 31) and the new minute 12:29. A late sample at
+    11:07:30 (inside the lookback, outside the 60 s grid's hour) recomputes that hour's 12
+    buckets at 300 s, and the 60 s grid's edge again (31 at 12:30:50)."""
+    from greenops.telemetry import fleetroll
+
+    fleetroll.fill(NOW - dt.timedelta(minutes=1))
+    done = fleetroll.fill_team(team, NOW)
+    assert done[300]["buckets"] == 0 and done[60]["buckets"] == 31 + 1
+    store(fleet["b"], [(0, NOW.replace(minute=7, second=30) - HOUR, 100.0, 333.0)])
+    assert page(team, "day") != live(team, "day")  # stale until the next run
+    done = fleetroll.fill_team(team, NOW + dt.timedelta(seconds=20))
+    assert done[300]["buckets"] == 12 and done[60]["buckets"] == 31
+    for key in RANGES:
+        assert page(team, key) == live(team, key), key
