@@ -171,8 +171,11 @@ class HostMonth:
 
 def fast_path(start: dt.datetime, end: dt.datetime,
               idle_threshold_pct: float = IDLE_UTIL_PCT) -> bool:
-    """Whether `host_months` answers for this window (else host_costs, per hour)."""
-    return hour_aligned(start, end) and idle_threshold_pct == store.IDLE_UTIL_PCT
+    """Whether `host_months` answers for this window (else host_costs, per hour). Its SQL is
+    PostgreSQL's (arrays, width_bucket, date_trunc): the embedded default's SQLite, a small
+    fleet by design, keeps the per-hour path, whose figures these equal."""
+    return (connection.vendor == "postgresql" and hour_aligned(start, end)
+            and idle_threshold_pct == store.IDLE_UTIL_PCT)
 
 
 def site_factors_of(hosts: list[Host]) -> tuple[FactorsFor, dict[int, list[FactorsPeriod]]]:
