@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import random
+import time
+from types import SimpleNamespace
 
 import pytest
 
+from greenops import ratelimit
+
 
 @pytest.fixture
-def limits(settings):
+def limits(settings, monkeypatch):
     settings.RATELIMIT_ENABLED = settings.AXES_ENABLED = True
+    # Failures count in fixed windows (now // window): a test whose requests straddled a
+    # boundary (:00, :15, :30, :45 with 900 s) saw its count start again and failed. The
+    # limiter's clock stands still in the middle of a window instead.
+    frozen = (time.time() // 900) * 900 + 450
+    monkeypatch.setattr(ratelimit, "time", SimpleNamespace(time=lambda: frozen))
     settings.RATELIMIT_LOGIN_FAILURES = 3
     settings.RATELIMIT_ENROLL_FAILURES = 2
     settings.RATELIMIT_WINDOW_S = 900
