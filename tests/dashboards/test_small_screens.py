@@ -1,5 +1,6 @@
 """Every page of the site, logged in as a team owner, at 1440 px and on a 390 px phone: it
-answers 200, the page never scrolls sideways (scrollWidth <= innerWidth), and nothing visible
+answers 200 without a script or console error, the team home's headline cards hold numbers,
+the page never scrolls sideways (scrollWidth <= innerWidth), and nothing visible
 sits off-screen unless it is inside a box that scrolls or clips it on purpose (a wide table's
 wrapper, the menu strip, a chart).
 
@@ -55,12 +56,14 @@ PAGES = {
     "invitation-accept": "/invitations/{invitation}/",
     "alert-email-confirm": "/alerts/confirm/{confirm}/",
     "team-dashboard": "/teams/{slug}/",
+    "team-dashboard?range=hour": "/teams/{slug}/?range=hour",
     "team-dashboard?range=quarter": "/teams/{slug}/?range=quarter",
     "host-detail": "/teams/{slug}/hosts/{host}/",
     "host-edit": "/teams/{slug}/hosts/{host}/edit/",
     "host-list": "/teams/{slug}/hosts/",
     "host-add": "/teams/{slug}/hosts/add/",
     "kpi-overview": "/teams/{slug}/kpis/",
+    "kpi-overview?range=hour": "/teams/{slug}/kpis/?range=hour",
     "kpi-workload": "/teams/{slug}/kpis/workloads/{workload}/",
     "kpi-job": "/teams/{slug}/kpis/jobs/{job}/",
     "costs-recommendations": "/teams/{slug}/costs/",
@@ -277,6 +280,8 @@ def test_every_page_fits_a_phone_and_a_desktop(
                 page = context.new_page()
                 page.set_default_timeout(20_000)
                 page.on("pageerror", lambda e, pg=page: problems.append(f"{pg.url}: {e}"))
+                page.on("console", lambda m, pg=page: problems.append(
+                    f"{pg.url}: console {m.text}") if m.type == "error" else None)
                 (SHOTS / str(width)).mkdir(parents=True, exist_ok=True)
                 order = ["login"] + [k for k in PAGES if k != "login"]
                 for name in order:
@@ -302,6 +307,13 @@ def test_every_page_fits_a_phone_and_a_desktop(
                     page.screenshot(
                         path=SHOTS / str(width) / f"{name.replace('?', '_')}.png", full_page=True
                     )
+                # The home leads with its headline figures: by now (every page visited, the
+                # first view's refresh done) each of these cards holds a number.
+                page.goto(live_server.url + PAGES["team-dashboard"].format(**ids))
+                for key in ("cost_usd", "energy_kwh", "co2e_kg", "gpu_util_pct"):
+                    text = page.locator(f"[data-kpi='{key}']").first.inner_text()
+                    if not any(ch.isdigit() for ch in text):
+                        problems.append(f"team-dashboard at {width}: card {key} reads {text!r}")
                 context.close()
         finally:
             browser.close()
