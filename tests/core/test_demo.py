@@ -128,6 +128,37 @@ def test_demo_fleet_advice_compares_accelerators_and_advises_replicas(demo, clie
 
 
 @seeded_group
+def test_a_team_home_shows_its_cost_on_the_first_view_after_the_demo_starts(demo):
+    """The demo views each team home once before it serves (warm_team_homes): a newcomer's
+    first view finds the cost figures computed, where without it the page says "being
+    computed" (the figures are never computed inside a page's request)."""
+    import re
+
+    from django.contrib.auth.models import User
+    from django.core.cache import cache
+    from django.test import Client
+
+    from greenops.demo.management.commands.demo import warm_team_homes
+
+    def first_view(slug: str) -> tuple[str, str]:
+        """(the cost card's text, the page)"""
+        client = Client()
+        client.force_login(User.objects.get(username="demo"))
+        html = client.get(f"/teams/{slug}/").content.decode()
+        return re.search(r'data-kpi="cost_usd">([^<]*)<', html).group(1), html
+
+    cache.clear()  # a fresh start: the demo's cache is the process's memory
+    cost, html = first_view("research")
+    assert cost == "unknown" and "being computed" in html
+    cache.clear()
+    warm_team_homes(demo)
+    for team in demo.teams.values():
+        cost, html = first_view(team.slug)
+        assert re.fullmatch(r"≥? ?\$[\d,]+\.\d\d", cost), (team.slug, cost)
+        assert "being computed" not in html, team.slug
+
+
+@seeded_group
 def test_demo_energy_per_inference_is_plausible_for_an_8b_model(demo):
     from greenops.kpis import queries
     from greenops.workloads.models import Workload

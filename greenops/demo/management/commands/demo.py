@@ -19,8 +19,10 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from django.test import Client
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -155,6 +157,20 @@ class RichProgress(demo_seed.Progress):
         )
 
 
+def warm_team_homes(seeded: demo_seed.Seeded) -> None:
+    """View each team home once before the server starts. A team home never computes its cost
+    and KPI figures in the request when they are slow: it shows the last ones it has, or "being
+    computed", and queues their refresh (dashboards/refresh.py). The demo's cache is this
+    process's memory (no Redis), empty at each start, so a newcomer's first view said "being
+    computed" and only a reload showed the figures. This view queues the refreshes, which run
+    in-process when it ends (greenops.queueing), and leaves the figures in the cache the
+    server's threads share."""
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(User.objects.get(username=demo_seed.DEMO_USER))
+    for team in seeded.teams.values():
+        client.get(f"/teams/{team.slug}/")
+
+
 class Command(BaseCommand):
     help = (
         "Set up GreenOps on the embedded default with a simulated fleet (three teams, "
@@ -197,6 +213,8 @@ class Command(BaseCommand):
         progress = RichProgress(Console(file=self.stdout._out))
         with progress.bars:  # one live display for all the steps
             seeded = demo_seed.seed(days, progress=progress, fleet_days=fleet_days)
+        if not no_serve:
+            warm_team_homes(seeded)
         ready_s = time.monotonic() - self.started
         url = f"http://127.0.0.1:{port}"
         self.stdout.write(
