@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from greenops import windows
 from greenops.alerts.models import FIRING_STATES, Rule
-from greenops.costs import accounting
+from greenops.costs import accounting, month_cost
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.kpis import metrics
 from greenops.kpis import queries as kpi_queries
@@ -76,7 +76,7 @@ def unpriced(tu: accounting.TeamUsage) -> Unpriced:
         if r.problem is None:
             continue
         out.hosts.append({"name": r.host.name, "id": r.host.id, "message": r.problem.message})
-        out.gpu_hours += sum(len(u.hours) for u in tu.usage.values() if u.host_id == r.host.id)
+        out.gpu_hours += sum(u.hour_count() for u in tu.usage.values() if u.host_id == r.host.id)
     return out
 
 
@@ -116,7 +116,7 @@ class Usage:
         w = windows.lookback(days, now)  # type: ignore[arg-type]
         key = (team.id, w.start, w.end)
         if key not in self._seen:
-            self._seen[key] = accounting.collect(team, days, now)  # type: ignore[arg-type]
+            self._seen[key] = month_cost.team_usage(team, days, now)
         return self._seen[key]
 
     def _figure(self, key: tuple, compute, pending=None):
