@@ -84,7 +84,7 @@ class Usage:
     """The team's cost figures per window for one page view (or one snapshot), each computed
     once: the cost cards, the month to date and the recommendations ask for the same window
     more than once (the month range's cards and the recommendations both read the last 30
-    days), and at 1,000 GPUs each costs.accounting.collect takes seconds to minutes.
+    days), and at 1,000 GPUs each window is a second or more (costs.month_cost.team_usage).
 
     `figures` (window -> result) is what a snapshot stores (see page_figures); `now` is the
     clock the cost windows are taken from: the page's, or the snapshot's when it is read."""

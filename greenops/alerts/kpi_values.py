@@ -146,7 +146,7 @@ def _whole_hosts(scope: Scope, start: dt.datetime, end: dt.datetime
     hosts = Host.objects.filter(id=scope.host.id) if scope.host is not None else \
         Host.objects.filter(team=scope.team)
     return month_cost.host_months(list(hosts.prefetch_related("gpus").order_by("id")), start,
-                                  end, now=end)
+                                  end, now=end, gpu_minutes=False)
 
 
 def _unpriced(kpi: str, rows: list[accounting.HostCost], field: str, start: dt.datetime,
@@ -165,7 +165,10 @@ def _unpriced(kpi: str, rows: list[accounting.HostCost], field: str, start: dt.d
 
 def _idle_summed(kpi: str, months: dict[int, month_cost.HostMonth], start: dt.datetime,
                  end: dt.datetime) -> Figure:
-    used = [m.cost for m in months.values() if m.cost.running_hours or m.gpu_minutes]
+    # The hosts of GPUs that reported in the window: with an hour rollup, or minutes counted
+    # from minute rollups alone (gpu_usage's GPUs).
+    used = [m.cost for m in months.values()
+            if m.cost.running_hours or any(s.util_minutes for s in m.spans)]
     if not used:
         return Figure(kpi, None, start, end, reason="no GPU-hours measured in the window")
     basis = f"GPU-hours under {accounting.IDLE_UTIL_PCT:g}% utilisation"

@@ -251,11 +251,13 @@ def _query(sql: str, params: dict, by: str = "") -> list[tuple]:
 
 def host_months(hosts: list[Host], start: dt.datetime, end: dt.datetime,
                 now: dt.datetime | None = None, price: Prices | None = None,
-                factors: tuple[FactorsFor, dict[int, list[FactorsPeriod]]] | None = None
-                ) -> dict[int, HostMonth]:
+                factors: tuple[FactorsFor, dict[int, list[FactorsPeriod]]] | None = None,
+                gpu_minutes: bool = True) -> dict[int, HostMonth]:
     """Per host (its GPUs prefetched: prefetch_related("gpus")): its host_costs row and the
     energy and carbon measure_gpus gives its GPUs over [start, end) of whole hours, in a
-    constant number of queries."""
+    constant number of queries. `gpu_minutes`: count the KPI engine's GPU-minutes too (a
+    report's GPU-hours): a count over every minute rollup of the window, which a cost figure
+    never reads (left 0 without it)."""
     price = price or cached_prices(now)
     price.load(hosts)
     factors_for, factor_periods = factors or site_factors_of(hosts)
@@ -295,7 +297,7 @@ def host_months(hosts: list[Host], start: dt.datetime, end: dt.datetime,
         span(host_id, i).cpu_ram_energy_j += joules
         out[host_id].simulated = out[host_id].simulated or bool(sim)
         methods[host_id].add(f"CPU {cpu_m}, RAM {ram_m}")
-    for host_id, n in _query(GPU_MINUTES_SQL, params):
+    for host_id, n in _query(GPU_MINUTES_SQL, params) if gpu_minutes else ():
         out[host_id].gpu_minutes = n
     for host in hosts:
         m = out[host.id]
@@ -444,9 +446,22 @@ class GpuSummary:
 
 @dataclass
 class TeamSummary(TeamUsage):
-    """collect()'s TeamUsage with GpuSummary usage and month_cost's host rows."""
+    """collect()'s TeamUsage with month_cost's host rows and GpuSummary usage, the usage read
+    on first use: a cost card reads the rows only (the GPUs' sums are a second scan of the
+    window's hour rollups, a second per window of the team home at 1,000 GPUs); the
+    recommendations, a workload's GPU-hours and the unpriced hosts' GPU-hours read it."""
 
-    gpu_ids: list[int] = field(default_factory=list)
+    latest_hours: int = 48
+
+    @property  # type: ignore[override]
+    def usage(self) -> dict[int, GpuSummary]:  # type: ignore[override]
+        if self._usage is None:
+            self._usage = gpu_summaries(self.hosts, self.start, self.end, self.latest_hours)
+        return self._usage
+
+    @usage.setter
+    def usage(self, value: dict[int, GpuSummary] | None) -> None:
+        self._usage = value  # None: read on first use
 
     def hourly_counts(self, hosts: list[Host]) -> list[int]:
         gpus = [g.id for h in hosts for g in h.gpus.all()]
@@ -493,7 +508,6 @@ def team_usage(team: Team, lookback_days: float, now: dt.datetime | None = None,
     hosts = list(team.hosts.prefetch_related("gpus"))
     months = (seen or {}).get((w.start, w.end))
     if months is None or set(months) != {h.id for h in hosts}:
-        months = host_months(hosts, w.start, w.end, now=now)
-    usage = gpu_summaries(hosts, w.start, w.end, latest_hours)
-    return TeamSummary(team, lookback_days, w.start, w.end, hosts, usage,  # type: ignore[arg-type]
-                       [months[h.id].cost for h in hosts])
+        months = host_months(hosts, w.start, w.end, now=now, gpu_minutes=False)
+    return TeamSummary(team, lookback_days, w.start, w.end, hosts, None,  # type: ignore[arg-type]
+                       [months[h.id].cost for h in hosts], latest_hours)

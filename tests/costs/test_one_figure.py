@@ -24,6 +24,7 @@ from django.test.utils import CaptureQueriesContext
 
 from dashboards import headline
 from greenops.alerts import kpi_values
+from greenops.costs.overrides import OverrideKind, PriceOverride
 from greenops.kpis import rollup
 from greenops.reports.month_figures import Month, month_figures
 from greenops.telemetry.models import GpuHour
@@ -114,6 +115,29 @@ def test_every_surface_gives_the_reports_cost(month, team, client, users):
     spend = kpi_values.figure(kpi_values.Scope(team), "cost_usd", T0, MONTH_END)
     assert spend.value is None
     assert spend.reason.startswith("≥ $448.00 from priced hosts; 1 host unpriced: e-unpriced")
+
+
+def test_with_every_host_priced_every_surface_gives_the_reports_total(month, team, client,
+                                                                       users):
+    """e priced by a team override at $10/h: 4 hours = $40, so the total is $320 + $128 + $40
+    = $488 on every surface, the team's spend alert (its KPI rollups) included."""
+    PriceOverride.objects.create(team=team, kind=OverrideKind.HOURLY,
+                                 instance_type="no-such.type", usd_per_hour=10, source="contract",
+                                 valid_from=T0 - dt.timedelta(days=400))
+    total = month_figures(team, Month(2026, 11), NOW)["totals"]["cost_usd"]
+    assert total == pytest.approx(488.0)
+    client.force_login(users["owner"])
+    with at(NOW):
+        page = client.get(f"/teams/{team.slug}/costs/?lookback=30").context["costs"]
+        api = client.get(f"/api/v1/teams/{team.slug}/costs?lookback=30").json()
+    assert page["total_cost_usd"] == pytest.approx(total)
+    assert api["total_cost_usd"] == pytest.approx(total)
+    usage = headline.take_snapshot(team, NOW)
+    card = {c.key: c for c in headline.headline(team, "month", NOW, usage)["cards"]}["cost_usd"]
+    assert card.value == pytest.approx(total) and card.prefix == "$"
+    rollup.rebuild(team, T0, T0 + dt.timedelta(hours=10))
+    spend = kpi_values.figure(kpi_values.Scope(team), "cost_usd", T0, MONTH_END)
+    assert spend.value == pytest.approx(total)
 
 
 def test_the_costs_page_reads_as_many_queries_for_6_hosts_as_for_2(team, other_team, client,
