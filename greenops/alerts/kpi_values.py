@@ -2,12 +2,12 @@
 
 Nothing is computed in this module beyond choosing the window and picking keys: team and
 workload figures come from greenops.kpis.queries (KPI rollups), host and GPU figures from
-greenops.kpis.measure, idle GPU-hours and idle cost from greenops.costs.accounting. A team's or
-a host's spend and idle figures over whole hours come from greenops.costs.month_cost, the
-summed path the Costs page, the team home and the monthly report read: one answer per figure,
-with the report's partial-sum rule when a host has no price. When those
-modules change their interface (core's windows, the costs helper's energy/carbon/cost owners),
-this is the file that changes.
+greenops.kpis.measure, idle GPU-hours and idle cost from greenops.costs.accounting. Over whole
+hours, a team's or a host's idle figures and a host's spend are its cost rows from
+greenops.costs.month_cost, the summed path the Costs page, the team home and the monthly report
+read (one answer per figure), and an unknown spend follows the report's partial-sum rule. When
+those modules change their interface (core's windows, the costs helper's energy/carbon/cost
+owners), this is the file that changes.
 """
 
 from __future__ import annotations
@@ -183,12 +183,16 @@ def _idle_summed(kpi: str, months: dict[int, month_cost.HostMonth], start: dt.da
                   estimated=[f"stale price for {', '.join(stale)}"] if stale else [])
 
 
+def _report_rows(months: dict[int, month_cost.HostMonth]) -> list[accounting.HostCost]:
+    """The cost rows a report sums: hosts that ran, were paid for or drew energy."""
+    return [m.cost for m in months.values()
+            if m.cost.energy_kwh or m.cost.running_hours or m.cost.billed_hours]
+
+
 def _spend_summed(months: dict[int, month_cost.HostMonth], start: dt.datetime,
                   end: dt.datetime) -> Figure:
-    """Spend of whole hosts: the sum of their cost rows, as a report's total is (its rows:
-    the hosts that ran, were paid for or drew energy in the window)."""
-    rows = [m.cost for m in months.values()
-            if m.cost.energy_kwh or m.cost.running_hours or m.cost.billed_hours]
+    """Spend of whole hosts: the sum of their cost rows, as a report's total is."""
+    rows = _report_rows(months)
     if not rows:
         return Figure("cost_usd", None, start, end, reason="no measurements in the window")
     if any(r.cost_usd is None for r in rows):
@@ -251,12 +255,12 @@ def figure(scope: Scope, kpi_key: str, start: dt.datetime, end: dt.datetime) -> 
     elif f.value is None:
         if kpi_key.startswith("cost") or kpi_key == "cost_per_1k_inferences_usd":
             f.reason = d.get("cost_source") or "no price"
-            if kpi_key == "cost_usd" and (months := _whole_hosts(scope, start, end)):
+            rows = _report_rows(_whole_hosts(scope, start, end) or {}) \
+                if kpi_key == "cost_usd" else []
+            if any(r.cost_usd is None for r in rows):
                 # The partial-sum rule, as the report, the Costs page and the team home give
                 # it: the priced hosts' sum as a lower bound and the unpriced hosts named.
-                unknown = _spend_summed(months, start, end)
-                f.reason = unknown.reason if unknown.value is None and unknown.reason.startswith(
-                    "≥") else f.reason
+                f.reason = _unpriced(kpi_key, rows, "cost_usd", start, end).reason
         elif kpi.per_inference:
             f.reason = "no inferences counted in the window"
         else:
