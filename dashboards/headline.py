@@ -19,7 +19,7 @@ from django.utils import timezone
 from dashboards import refresh
 from greenops import windows
 from greenops.alerts.models import FIRING_STATES, Rule
-from greenops.costs import accounting
+from greenops.costs import accounting, month_cost
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.kpis import metrics
 from greenops.kpis import queries as kpi_queries
@@ -79,7 +79,7 @@ def unpriced(tu: accounting.TeamUsage) -> Unpriced:
         if r.problem is None:
             continue
         out.hosts.append({"name": r.host.name, "id": r.host.id, "message": r.problem.message})
-        out.gpu_hours += sum(len(u.hours) for u in tu.usage.values() if u.host_id == r.host.id)
+        out.gpu_hours += sum(u.hour_count() for u in tu.usage.values() if u.host_id == r.host.id)
     return out
 
 
@@ -87,7 +87,7 @@ class Usage:
     """The team's cost figures per window for one page view (or one snapshot), each computed
     once: the cost cards, the month to date and the recommendations ask for the same window
     more than once (the month range's cards and the recommendations both read the last 30
-    days), and at 1,000 GPUs each costs.accounting.collect takes seconds to minutes.
+    days), and at 1,000 GPUs each window is a second or more (costs.month_cost.team_usage).
 
     `figures` (window -> result) is what a snapshot stores (see page_figures); `now` is the
     clock the cost windows are taken from: the page's, or the snapshot's when it is read."""
@@ -119,7 +119,7 @@ class Usage:
         w = windows.lookback(days, now)  # type: ignore[arg-type]
         key = (team.id, w.start, w.end)
         if key not in self._seen:
-            self._seen[key] = accounting.collect(team, days, now)  # type: ignore[arg-type]
+            self._seen[key] = month_cost.team_usage(team, days, now)
         return self._seen[key]
 
     def _figure(self, key: tuple, compute, pending=None):

@@ -2,9 +2,12 @@
 
 Nothing is computed in this module beyond choosing the window and picking keys: team and
 workload figures come from greenops.kpis.queries (KPI rollups), host and GPU figures from
-greenops.kpis.measure, idle GPU-hours and idle cost from greenops.costs.accounting. When those
-modules change their interface (core's windows, the costs helper's energy/carbon/cost owners),
-this is the file that changes.
+greenops.kpis.measure, idle GPU-hours and idle cost from greenops.costs.accounting. Over whole
+hours, a team's or a host's idle figures and a host's spend are its cost rows from
+greenops.costs.month_cost, the summed path the Costs page, the team home and the monthly report
+read (one answer per figure), and an unknown spend follows the report's partial-sum rule. When
+those modules change their interface (core's windows, the costs helper's energy/carbon/cost
+owners), this is the file that changes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from django.utils import timezone
 
 from greenops import windows
 from greenops.alerts.rule_kpis import BUDGET_KPIS, KPIS, WINDOWS, Kpi  # noqa: F401 (re-exported)
-from greenops.costs import accounting
+from greenops.costs import accounting, month_cost
 from greenops.kpis import measure, metrics, queries
 from greenops.kpis.models import Period
 from greenops.teams.models import Team
@@ -132,7 +135,79 @@ def _estimates(kpi: Kpi, d: dict) -> list[str]:
     return out
 
 
+def _whole_hosts(scope: Scope, start: dt.datetime, end: dt.datetime
+                 ) -> dict[int, month_cost.HostMonth] | None:
+    """month_cost's rows of the scope's hosts when the scope is whole hosts (a team or a host)
+    over whole hours at the standard threshold, else None (the per-hour path answers)."""
+    if scope.gpu is not None or scope.workload is not None or not month_cost.fast_path(start,
+                                                                                         end):
+        return None
+    # A team's hosts as its report reads them (removed ones included: they were paid for).
+    hosts = Host.objects.filter(id=scope.host.id) if scope.host is not None else \
+        Host.objects.filter(team=scope.team)
+    return month_cost.host_months(list(hosts.prefetch_related("gpus").order_by("id")), start,
+                                  end, now=end, gpu_minutes=False)
+
+
+def _unpriced(kpi: str, rows: list[accounting.HostCost], field: str, start: dt.datetime,
+              end: dt.datetime) -> Figure:
+    """The partial-sum rule (as a report's totals give it): unknown, the priced hosts' sum as a
+    lower bound and the unpriced hosts named."""
+    unpriced = [r for r in rows if getattr(r, field) is None]
+    known = sum(getattr(r, field) for r in rows if getattr(r, field) is not None)
+    s = "" if len(unpriced) == 1 else "s"
+    names = ", ".join(f"{r.host.name} ({r.problem.message if r.problem else 'no price'})"
+                      for r in unpriced)
+    return Figure(kpi, None, start, end,
+                  reason=f"≥ ${known:,.2f} from priced hosts; {len(unpriced)} host{s} "
+                         f"unpriced: {names}")
+
+
+def _idle_summed(kpi: str, months: dict[int, month_cost.HostMonth], start: dt.datetime,
+                 end: dt.datetime) -> Figure:
+    # The hosts of GPUs that reported in the window: with an hour rollup, or minutes counted
+    # from minute rollups alone (gpu_usage's GPUs).
+    used = [m.cost for m in months.values()
+            if m.cost.running_hours or any(s.util_minutes for s in m.spans)]
+    if not used:
+        return Figure(kpi, None, start, end, reason="no GPU-hours measured in the window")
+    basis = f"GPU-hours under {accounting.IDLE_UTIL_PCT:g}% utilisation"
+    if kpi == "idle_gpu_hours":
+        return Figure(kpi, float(sum(r.idle_gpu_hours for r in used)), start, end,
+                      sources={"method": basis})
+    if any(r.idle_cost_usd is None for r in used):
+        return _unpriced(kpi, used, "idle_cost_usd", start, end)
+    stale = [r.host.name for r in used if r.price is not None and r.price.stale]
+    return Figure(kpi, float(sum(r.idle_cost_usd for r in used)), start, end,
+                  sources={"method": basis + " x host price per GPU-hour in force in each hour"},
+                  estimated=[f"stale price for {', '.join(stale)}"] if stale else [])
+
+
+def _report_rows(months: dict[int, month_cost.HostMonth]) -> list[accounting.HostCost]:
+    """The cost rows a report sums: hosts that ran, were paid for or drew energy."""
+    return [m.cost for m in months.values()
+            if m.cost.energy_kwh or m.cost.running_hours or m.cost.billed_hours]
+
+
+def _spend_summed(months: dict[int, month_cost.HostMonth], start: dt.datetime,
+                  end: dt.datetime) -> Figure:
+    """Spend of whole hosts: the sum of their cost rows, as a report's total is."""
+    rows = _report_rows(months)
+    if not rows:
+        return Figure("cost_usd", None, start, end, reason="no measurements in the window")
+    if any(r.cost_usd is None for r in rows):
+        return _unpriced("cost_usd", rows, "cost_usd", start, end)
+    source = "; ".join(dict.fromkeys(m.cost_source for m in months.values() if m.cost_source))
+    f = Figure("cost_usd", float(sum(r.cost_usd for r in rows)), start, end,
+               sources={"cost_source": source} if source else {})
+    f.estimated = _estimates(KPIS["cost_usd"], {"cost_source": source})
+    return f
+
+
 def _idle(scope: Scope, kpi: str, start: dt.datetime, end: dt.datetime) -> Figure:
+    months = _whole_hosts(scope, start, end)
+    if months is not None:
+        return _idle_summed(kpi, months, start, end)
     gpus = scope.gpus()
     hosts = list({g.host_id: g.host for g in gpus}.values())
     usage = accounting.gpu_usage(hosts, start, end)
@@ -164,6 +239,11 @@ def figure(scope: Scope, kpi_key: str, start: dt.datetime, end: dt.datetime) -> 
         return _idle(scope, kpi_key, start, end)
     if end <= start:
         return Figure(kpi_key, None, start, end, reason="the window has not started yet")
+    # A host's spend from its cost row (a team's is its KPI rollups: the same cost model,
+    # summed per hour when they were written).
+    if kpi_key == "cost_usd" and scope.host is not None and (
+            months := _whole_hosts(scope, start, end)) is not None:
+        return _spend_summed(months, start, end)
     d = _derived(scope, start, end)
     sources = {k: d[k] for k in ("cost_source", "pue_source", "intensity_source",
                                  "cpu_ram_method") if d.get(k)}
@@ -175,6 +255,12 @@ def figure(scope: Scope, kpi_key: str, start: dt.datetime, end: dt.datetime) -> 
     elif f.value is None:
         if kpi_key.startswith("cost") or kpi_key == "cost_per_1k_inferences_usd":
             f.reason = d.get("cost_source") or "no price"
+            rows = _report_rows(_whole_hosts(scope, start, end) or {}) \
+                if kpi_key == "cost_usd" else []
+            if any(r.cost_usd is None for r in rows):
+                # The partial-sum rule, as the report, the Costs page and the team home give
+                # it: the priced hosts' sum as a lower bound and the unpriced hosts named.
+                f.reason = _unpriced(kpi_key, rows, "cost_usd", start, end).reason
         elif kpi.per_inference:
             f.reason = "no inferences counted in the window"
         else:

@@ -540,7 +540,9 @@ def workload_cost(workload, tu: TeamUsage) -> tuple[float | None, float]:
     """(cost through `cost_of`, GPU-hours) of a workload's GPUs over the team usage window."""
     gpus = list(workload.gpu_queryset().select_related("host"))
     cost = cost_of(it_energy(gpus, tu.start, tu.end))
-    gpu_hours = sum(len(tu.usage[g.id].hours) for g in gpus if g.id in tu.usage)
+    # Hours each GPU reported in: a count (GpuUsage.hour_count), which a summed usage
+    # (month_cost.GpuSummary) holds without its hours.
+    gpu_hours = sum(tu.usage[g.id].hour_count() for g in gpus if g.id in tu.usage)
     return cost.cost_usd, gpu_hours
 
 

@@ -11,9 +11,10 @@ from ninja.responses import Status
 from pydantic import WithJsonSchema
 
 from greenops import windows
-from greenops.costs.accounting import collect, team_costs
+from greenops.costs.accounting import team_costs
 from greenops.costs.catalog import is_stale
 from greenops.costs.models import Price
+from greenops.costs.month_cost import team_usage
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.teams.api_tokens import authorize_caller, team_auth
 
@@ -34,7 +35,7 @@ def get_recommendations(request: HttpRequest, slug: str, lookback: Lookback = No
             summary="Cost per host, workload and idle GPU-hours over a lookback")
 def get_costs(request: HttpRequest, slug: str, lookback: Lookback = None):
     team = authorize_caller(request, slug, "team.view")
-    return Status(200, team_costs(collect(team, windows.parse_lookback(lookback))))
+    return Status(200, team_costs(team_usage(team, windows.parse_lookback(lookback))))
 
 
 @router.get("/prices", auth=team_auth, response={200: dict},

@@ -254,11 +254,13 @@ def _query(sql: str, params: dict, by: str = "") -> list[tuple]:
 
 def host_months(hosts: list[Host], start: dt.datetime, end: dt.datetime,
                 now: dt.datetime | None = None, price: Prices | None = None,
-                factors: tuple[FactorsFor, dict[int, list[FactorsPeriod]]] | None = None
-                ) -> dict[int, HostMonth]:
+                factors: tuple[FactorsFor, dict[int, list[FactorsPeriod]]] | None = None,
+                gpu_minutes: bool = True) -> dict[int, HostMonth]:
     """Per host (its GPUs prefetched: prefetch_related("gpus")): its host_costs row and the
     energy and carbon measure_gpus gives its GPUs over [start, end) of whole hours, in a
-    constant number of queries."""
+    constant number of queries. `gpu_minutes`: count the KPI engine's GPU-minutes too (a
+    report's GPU-hours): a count over every minute rollup of the window, which a cost figure
+    never reads (left 0 without it)."""
     price = price or cached_prices(now)
     price.load(hosts)
     factors_for, factor_periods = factors or site_factors_of(hosts)
@@ -298,7 +300,7 @@ def host_months(hosts: list[Host], start: dt.datetime, end: dt.datetime,
         span(host_id, i).cpu_ram_energy_j += joules
         out[host_id].simulated = out[host_id].simulated or bool(sim)
         methods[host_id].add(f"CPU {cpu_m}, RAM {ram_m}")
-    for host_id, n in _query(GPU_MINUTES_SQL, params):
+    for host_id, n in _query(GPU_MINUTES_SQL, params) if gpu_minutes else ():
         out[host_id].gpu_minutes = n
     for host in hosts:
         m = out[host.id]
@@ -383,6 +385,21 @@ def _cost(m: HostMonth, host: Host, start: dt.datetime, end: dt.datetime, price:
     m.cost_source = "; ".join(dict.fromkeys(sources))
 
 
+class RecentUsage:
+    """gpu_usage of a window's latest hours, read on first use: only the recommendations'
+    idle-streak check reads GPUs hour by hour, so a cost card or the Costs page's totals never
+    pay for it (48,000 GPU-hours at 1,000 GPUs, for each window the team home shows)."""
+
+    def __init__(self, hosts: list[Host], start: dt.datetime, end: dt.datetime) -> None:
+        self.hosts, self.start, self.end = hosts, start, end
+        self._usage: dict[int, GpuUsage] | None = None
+
+    def of(self, gpu_id: int, host_id: int) -> GpuUsage:
+        if self._usage is None:
+            self._usage = gpu_usage(self.hosts, self.start, self.end)
+        return self._usage.get(gpu_id) or GpuUsage(gpu_id, host_id)
+
+
 @dataclass(eq=False)
 class GpuSummary:
     """gpu_usage's GpuUsage of one GPU over a long window, as sums: what the recommendations
@@ -398,7 +415,7 @@ class GpuSummary:
     first: dt.datetime | None = None
     minutes_n: int = 0
     idle_n: int = 0
-    recent: GpuUsage | None = None
+    recent: RecentUsage | None = None
 
     def hour_count(self) -> int:
         return self.hours_reported
@@ -425,14 +442,29 @@ class GpuSummary:
         return self.idle_n / self.minutes_n if self.minutes_n else None
 
     def latest(self) -> GpuUsage:
-        return self.recent or GpuUsage(self.gpu_id, self.host_id)
+        if self.recent is None:
+            return GpuUsage(self.gpu_id, self.host_id)
+        return self.recent.of(self.gpu_id, self.host_id)
 
 
 @dataclass
 class TeamSummary(TeamUsage):
-    """collect()'s TeamUsage with GpuSummary usage and month_cost's host rows."""
+    """collect()'s TeamUsage with month_cost's host rows and GpuSummary usage, the usage read
+    on first use: a cost card reads the rows only (the GPUs' sums are a second scan of the
+    window's hour rollups, a second per window of the team home at 1,000 GPUs); the
+    recommendations, a workload's GPU-hours and the unpriced hosts' GPU-hours read it."""
 
-    gpu_ids: list[int] = field(default_factory=list)
+    latest_hours: int = 48
+
+    @property  # type: ignore[override]
+    def usage(self) -> dict[int, GpuSummary]:  # type: ignore[override]
+        if self._usage is None:
+            self._usage = gpu_summaries(self.hosts, self.start, self.end, self.latest_hours)
+        return self._usage
+
+    @usage.setter
+    def usage(self, value: dict[int, GpuSummary] | None) -> None:
+        self._usage = value  # None: read on first use
 
     def hourly_counts(self, hosts: list[Host]) -> list[int]:
         gpus = [g.id for h in hosts for g in h.gpus.all()]
@@ -456,26 +488,29 @@ def gpu_summaries(hosts: list[Host], start: dt.datetime, end: dt.datetime,
         s = out.setdefault(gpu_id, GpuSummary(gpu_id, gpu_host[gpu_id]))
         s.minutes_n += n
         s.idle_n += idle
-    recent_start = max(start, end - latest_hours * HOUR)
-    for gpu_id, usage in gpu_usage(hosts, recent_start, end).items():
-        out.setdefault(gpu_id, GpuSummary(gpu_id, gpu_host[gpu_id])).recent = usage
+    # A GPU that reported in the latest hours reported in the window: it has a summary.
+    recent = RecentUsage(hosts, max(start, end - latest_hours * HOUR), end)
+    for s in out.values():
+        s.recent = recent
     return out
 
 
-def team_usage(team: Team, lookback_days: int, now: dt.datetime | None = None,
-               latest_hours: int = 48,
+def team_usage(team: Team, lookback_days: float, now: dt.datetime | None = None,
+               idle_threshold_pct: float = IDLE_UTIL_PCT, latest_hours: int = 48,
                seen: dict[tuple[dt.datetime, dt.datetime], dict[int, HostMonth]] | None = None
                ) -> TeamUsage:
-    """collect(team, lookback_days, now) at the standard idle threshold, summed: host rows
-    from host_months and per-GPU sums, in a constant number of queries. `seen`: host_months
-    of windows the caller already read with the same `now` (a report's month), by window."""
-    w = windows.lookback(lookback_days, now)
+    """collect(team, lookback_days, now, idle_threshold_pct), the one door of every surface
+    that shows a team's cost over a lookback (the Costs page, its API, the team home's cards,
+    the recommendations, a report): at the standard idle threshold summed -- host rows from
+    host_months and per-GPU sums, in a constant number of queries -- and collect()'s per-hour
+    path only for another threshold. `seen`: host_months of windows the caller already read
+    with the same `now` (a report's month), by window."""
+    w = windows.lookback(lookback_days, now)  # type: ignore[arg-type]
+    if not fast_path(w.start, w.end, idle_threshold_pct):
+        return collect(team, lookback_days, now, idle_threshold_pct)  # type: ignore[arg-type]
     hosts = list(team.hosts.prefetch_related("gpus"))
-    if not fast_path(w.start, w.end):
-        return collect(team, lookback_days, now)
     months = (seen or {}).get((w.start, w.end))
     if months is None or set(months) != {h.id for h in hosts}:
-        months = host_months(hosts, w.start, w.end, now=now)
-    usage = gpu_summaries(hosts, w.start, w.end, latest_hours)
-    return TeamSummary(team, lookback_days, w.start, w.end, hosts, usage,  # type: ignore[arg-type]
-                       [months[h.id].cost for h in hosts])
+        months = host_months(hosts, w.start, w.end, now=now, gpu_minutes=False)
+    return TeamSummary(team, lookback_days, w.start, w.end, hosts, None,  # type: ignore[arg-type]
+                       [months[h.id].cost for h in hosts], latest_hours)

@@ -17,10 +17,10 @@ from greenops.costs.accounting import (
     GpuUsage,
     HostCost,
     TeamUsage,
-    collect,
 )
 from greenops.costs.catalog import find_price, is_stale
 from greenops.costs.models import HOURS_PER_MONTH, InstanceType, Payment, Price, PriceOption
+from greenops.costs.month_cost import team_usage
 from greenops.teams.models import Team
 from greenops.telemetry.models import Host, PurchaseOption
 from greenops.units import plural
@@ -183,7 +183,7 @@ def savings_basis(tu: TeamUsage, now: dt.datetime | None,
         return basis
     if tu.lookback_days == BASIS_DAYS:
         return tu
-    return collect(tu.team, BASIS_DAYS, now, idle_threshold_pct)
+    return team_usage(tu.team, BASIS_DAYS, now, idle_threshold_pct)
 
 
 def _commit_options(od: Price, commits: list[Price]) -> tuple[list[Price], list[str]]:
@@ -419,9 +419,10 @@ def team_recommendations(team: Team, lookback_days: int, now: dt.datetime | None
                          idle_threshold_pct: float = IDLE_UTIL_PCT,
                          usage: TeamUsage | None = None, basis: TeamUsage | None = None
                          ) -> dict:
-    """`usage` (the lookback's) and `basis` (the latest BASIS_DAYS) default to collect()'s;
-    a report passes month_cost's summaries of the same windows."""
-    tu = usage or collect(team, lookback_days, now, idle_threshold_pct)
+    """`usage` (the lookback's) and `basis` (the latest BASIS_DAYS) default to
+    month_cost.team_usage's (summed at the standard threshold, per hour at another); a caller
+    that already read a window passes it."""
+    tu = usage or team_usage(team, lookback_days, now, idle_threshold_pct)
     od_rows = [r for r in tu.rows if r.price is not None and r.price.price is not None
                and r.host.purchase_option == PurchaseOption.ON_DEMAND]
     basis = savings_basis(tu, now, idle_threshold_pct, basis)

@@ -7,8 +7,9 @@ from django.shortcuts import render
 
 from greenops import windows
 from greenops.costs import cost_charts
-from greenops.costs.accounting import collect, team_costs
+from greenops.costs.accounting import team_costs
 from greenops.costs.models import PriceRefresh
+from greenops.costs.month_cost import team_usage
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.teams.models import Team
 from greenops.teams.permissions import team_permission
@@ -17,7 +18,7 @@ from greenops.teams.permissions import team_permission
 @team_permission("team.view")
 def recommendations(request: HttpRequest, team: Team) -> HttpResponse:
     days = windows.lookback_from_request(request)
-    usage = collect(team, days)
+    usage = team_usage(team, days)
     report = team_recommendations(team, days, usage=usage)
     charts = []
     for i, rec in enumerate(report["recommendations"]):

@@ -213,7 +213,10 @@ def test_gpu_summaries_sum_what_gpu_usage_reads_hour_by_hour(fleet):
 
 def test_recommendations_from_summaries_equal_those_from_collect(fleet, team):
     now = END + dt.timedelta(minutes=30)
-    old = team_recommendations(team, 2, now)
+    # The per-hour path, as the default was before every surface read month_cost.
+    old = team_recommendations(team, 2, now, usage=collect(team, 2, now),
+                               basis=collect(team, BASIS_DAYS, now))
+    assert team_recommendations(team, 2, now) == old  # the default is the summed path
     usage = month_cost.team_usage(team, 2, now)
     assert isinstance(usage, month_cost.TeamSummary)
     new = team_recommendations(team, 2, now, usage=usage,
