@@ -57,13 +57,13 @@ def cost_card(html: str) -> str:
 def test_snapshot_serves_the_page_and_says_as_of(client, users, team):
     """5 hours x $2 = $10.00 from the snapshot the first view's refresh stored (in-process
     after its response), with collect not called at all by the second view."""
-    from greenops.costs import accounting
+    from greenops.costs import month_cost
 
     priced_team(team, "node-a", 2.0)
     client.force_login(users["owner"])
     with mock.patch("django.utils.timezone.now", return_value=NOW):
         first = client.get(f"/teams/{team.slug}/?range=day").content.decode()
-        with mock.patch.object(accounting, "collect", side_effect=AssertionError("collect")):
+        with mock.patch.object(month_cost, "team_usage", side_effect=AssertionError("team_usage")):
             second = client.get(f"/teams/{team.slug}/?range=day").content.decode()
     assert cost_card(first) == "unknown" and "being computed" in first
     assert cost_card(second) == "$10.00"
@@ -73,7 +73,7 @@ def test_snapshot_serves_the_page_and_says_as_of(client, users, team):
 def test_beat_snapshot_covers_every_range_and_the_previous_hour_is_labelled(client, users,
                                                                              team):
     from dashboards import tasks
-    from greenops.costs import accounting
+    from greenops.costs import month_cost
 
     priced_team(team, "node-a", 2.0)
     client.force_login(users["owner"])
@@ -82,7 +82,7 @@ def test_beat_snapshot_covers_every_range_and_the_previous_hour_is_labelled(clie
         assert tasks.snapshot_team_homes() == 0  # fresh: not retaken
     later = NOW + HOUR  # the next hour, before beat took its snapshot: last hour's, labelled
     with mock.patch("django.utils.timezone.now", return_value=later), \
-            mock.patch.object(accounting, "collect", side_effect=AssertionError("collect")):
+            mock.patch.object(month_cost, "team_usage", side_effect=AssertionError("team_usage")):
         for key in ("hour", "day", "week", "month", "quarter"):
             html = client.get(f"/teams/{team.slug}/?range={key}").content.decode()
             assert "as of 12:30 UTC, for windows ending 12:00 UTC" in html, key

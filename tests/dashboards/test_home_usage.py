@@ -18,11 +18,11 @@ def test_month_range_collects_nothing_and_its_refresh_each_window_once(client, u
     the month to date Nov 1 to 12:00 and the recommendations the last 30 days again, which is
     asked twice but collected once."""
     from dashboards import views
-    from greenops.costs import accounting
+    from greenops.costs import accounting, month_cost
 
     make_host(team, "node-0", gpus=2)
     client.force_login(users["owner"])
-    real = accounting.collect
+    real = month_cost.team_usage
     in_view = []
     real_render = views.render
 
@@ -33,7 +33,7 @@ def test_month_range_collects_nothing_and_its_refresh_each_window_once(client, u
     with (
         mock.patch("django.utils.timezone.now", return_value=NOW),
         mock.patch.object(views, "render", render),
-        mock.patch.object(accounting, "collect", side_effect=real) as spy,
+        mock.patch.object(month_cost, "team_usage", side_effect=real) as spy,
     ):
         response = client.get(f"/teams/{team.slug}/?range=month")
     assert response.status_code == 200
