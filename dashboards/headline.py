@@ -76,7 +76,7 @@ def kpi_range(range_key: str) -> str:
 def unpriced(tu: accounting.TeamUsage) -> Unpriced:
     out = Unpriced()
     for r in tu.rows:
-        if r.problem is None:
+        if r.problem is None or not r.in_window:
             continue
         out.hosts.append({"name": r.host.name, "id": r.host.id, "message": r.problem.message})
         out.gpu_hours += sum(u.hour_count() for u in tu.usage.values() if u.host_id == r.host.id)

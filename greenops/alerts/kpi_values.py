@@ -185,8 +185,7 @@ def _idle_summed(kpi: str, months: dict[int, month_cost.HostMonth], start: dt.da
 
 def _report_rows(months: dict[int, month_cost.HostMonth]) -> list[accounting.HostCost]:
     """The cost rows a report sums: hosts that ran, were paid for or drew energy."""
-    return [m.cost for m in months.values()
-            if m.cost.energy_kwh or m.cost.running_hours or m.cost.billed_hours]
+    return [m.cost for m in months.values() if m.cost.in_window]
 
 
 def _spend_summed(months: dict[int, month_cost.HostMonth], start: dt.datetime,

@@ -438,6 +438,13 @@ class HostCost:
     electricity_usd: float = 0.0
 
     @property
+    def in_window(self) -> bool:
+        """Whether the host ran, was paid for or drew energy in the window. One that did none of
+        these cost nothing there whatever its price, so its missing price leaves every total
+        known (the report leaves its row out; the pages, the API and alerts count it out)."""
+        return bool(self.energy_kwh or self.running_hours or self.billed_hours)
+
+    @property
     def usd_per_gpu_hour(self) -> float | None:
         if self.price is None or not self.gpu_count:
             return None
@@ -587,13 +594,15 @@ def cost_totals(tu: TeamUsage, idle_threshold_pct: float = IDLE_UTIL_PCT) -> dic
     """The team's totals of `team_costs` alone (the team home's cards), without its per-workload
     costs and training jobs."""
     priced = [r for r in tu.rows if r.cost_usd is not None]
-    problems = any(r.problem is not None for r in tu.rows)
+    unpriced = sum(1 for r in tu.rows if r.problem is not None and r.in_window)
+    problems = unpriced > 0
     return {
         # No total when a host has no price: a partial sum shown as the total would be wrong.
         "total_cost_usd": sum(r.cost_usd for r in priced) if not problems else None,
         "priced_cost_usd": sum(r.cost_usd for r in priced),
         "idle_cost_usd": sum(r.idle_cost_usd or 0.0 for r in priced),
         "idle_threshold_pct": idle_threshold_pct,
+        "unpriced_hosts": unpriced,  # hosts without a price that ran or were paid for
     }
 
 

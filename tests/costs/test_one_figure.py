@@ -140,6 +140,39 @@ def test_with_every_host_priced_every_surface_gives_the_reports_total(month, tea
     assert spend.value == pytest.approx(total)
 
 
+def test_an_unpriced_host_that_never_ran_leaves_every_total_known(month, team, client,
+                                                                    users):
+    """As above, every host priced ($488), plus z-offline: an on-demand host of an unknown
+    instance type enrolled all month that never reported. Unknown price x 0 hours is $0, so
+    the report leaves it out and its total is $488; the Costs page, the API, the team home card
+    and the spend alert give $488 as a total too, not "≥ $488" with z named as unpriced."""
+    PriceOverride.objects.create(team=team, kind=OverrideKind.HOURLY,
+                                 instance_type="no-such.type", usd_per_hour=10, source="contract",
+                                 valid_from=T0 - dt.timedelta(days=400))
+    z, _ = make_host(team, "z-offline", gpus=1)
+    z.instance_type = "another-unknown.type"
+    z.save()
+    enrolled(z, T0 - dt.timedelta(days=30))
+    report = month_figures(team, Month(2026, 11), NOW)
+    assert report["totals"]["cost_usd"] == pytest.approx(488.0)
+    assert "z-offline" not in {r["host"] for r in report["hosts"]}
+    client.force_login(users["owner"])
+    with at(NOW):
+        page = client.get(f"/teams/{team.slug}/costs/?lookback=30").context["costs"]
+        api = client.get(f"/api/v1/teams/{team.slug}/costs?lookback=30").json()
+    for costs in (page, api):
+        assert costs["total_cost_usd"] == pytest.approx(488.0)
+        # Still listed with its problem: a host the team will want priced before it runs.
+        z_row = {r["host"]: r for r in costs["hosts"]}["z-offline"]
+        assert z_row["cost_usd"] is None and z_row["problem"]
+    usage = headline.take_snapshot(team, NOW)
+    card = {c.key: c for c in headline.headline(team, "month", NOW, usage)["cards"]}["cost_usd"]
+    assert (card.prefix, card.value, card.note) == ("$", pytest.approx(488.0), "")
+    rollup.rebuild(team, T0, T0 + dt.timedelta(hours=10))
+    spend = kpi_values.figure(kpi_values.Scope(team), "cost_usd", T0, MONTH_END)
+    assert spend.value == pytest.approx(488.0)
+
+
 def test_the_costs_page_reads_as_many_queries_for_6_hosts_as_for_2(team, other_team, client,
                                                                     users):
     only_prices(on_demand="32.00")
