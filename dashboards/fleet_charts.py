@@ -6,7 +6,7 @@ The house style (LAYOUT, axes, palette, the point budget) lives in greenops.char
 
 from __future__ import annotations
 
-from greenops.chart_style import axis, colour, layout
+from greenops.chart_style import LAYOUT, axis, colour, layout
 from greenops.telemetry.fleet import TOP_HOSTS
 from greenops.telemetry.models import devices_noun
 from greenops.units import plural
@@ -108,10 +108,14 @@ def energy(fs: dict, one: str = "GPU") -> dict:
     step = _step_label(fs["step_s"])
     title = f"{one[:1].upper()}{one[1:]} energy per {step}{_sim(fs['simulated'])}"
     other = fs.get("energy_kwh_other_hosts")
+    extra = {}
     if other is not None:  # say what the last bar is: the stacks still add to the fleet's kWh
         title += (f"<br><sub>the {len(fs['energy_kwh_by_host'])} hosts using the most, then "
                   f"{other['hosts']:,} others as one bar</sub>")
-    return {"data": data, "layout": layout(title, barmode="stack", yaxis=axis("kWh"))}
+        # The second title line gets its own room above the plot (on a phone it spans the
+        # width and met the top tick label).
+        extra["margin"] = {**LAYOUT["margin"], "t": 60}
+    return {"data": data, "layout": layout(title, barmode="stack", yaxis=axis("kWh"), **extra)}
 
 
 def per_day_by_workload(days: dict, key: str, title: str, unit: str, fmt: str) -> dict:

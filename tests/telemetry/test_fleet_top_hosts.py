@@ -7,6 +7,8 @@ fleet's kWh.
 from __future__ import annotations
 
 import datetime as dt
+import importlib.machinery
+import importlib.util
 import json
 import re
 
@@ -15,6 +17,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from tests.support import ROOT
 from tests.support.factories import make_host
 
 NOW = dt.datetime(2026, 11, 30, 12, 30, tzinfo=dt.UTC)
@@ -130,3 +133,27 @@ def test_the_pages_queries_do_not_grow_with_hosts(client, users, team):
     before = {key: queries(key) for key in ("hour", "day")}
     add_hosts(3)
     assert {key: queries(key) for key in ("hour", "day")} == before
+
+
+def test_bench_compares_the_pages_cut_with_the_same_cut_of_every_raw_host():
+    """bench/dashboard's compare: the page's 8 hosts and "other hosts" series against the raw
+    side's every host, cut by the same rule; a wrong sum in the rest is reported."""
+    loader = importlib.machinery.SourceFileLoader("bench_dashboard",
+                                                  str(ROOT / "bench" / "dashboard"))
+    bench = importlib.util.module_from_spec(importlib.util.spec_from_loader("bench_dashboard",
+                                                                            loader))
+    loader.exec_module(bench)
+    raw_hosts = {f"h{i}": [float(i), 1.0] for i in range(10)}
+    page = {"util_mean_pct": [], "util_p10_pct": [], "util_p90_pct": [], "power_w": [],
+            "gpus_reporting": [], "totals": {},
+            "energy_kwh_by_host": {f"h{i}": [float(i), 1.0] for i in range(2, 10)},
+            "energy_kwh_other_hosts": {"hosts": 2, "kwh": [1.0, 2.0]}}
+    raw = {**page, "energy_kwh_by_host": raw_hosts}
+    del raw["energy_kwh_other_hosts"]
+    assert bench.compare(page, raw) == []
+    page["energy_kwh_other_hosts"] = {"hosts": 2, "kwh": [1.0, 2.5]}
+    assert bench.compare(page, raw) == ["energy of the other hosts[1]: page 2.5 raw 2.0"]
+    # A host in the page's 8 that is not among the raw side's 8 largest.
+    page["energy_kwh_other_hosts"] = {"hosts": 2, "kwh": [1.0, 2.0]}
+    raw["energy_kwh_by_host"] = {**raw_hosts, "h0": [20.0, 1.0]}
+    assert "the hosts using the most energy differ" in bench.compare(page, raw)
