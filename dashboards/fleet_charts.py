@@ -6,7 +6,8 @@ The house style (LAYOUT, axes, palette, the point budget) lives in greenops.char
 
 from __future__ import annotations
 
-from greenops.chart_style import axis, colour, layout
+from greenops.chart_style import LAYOUT, axis, colour, layout
+from greenops.telemetry.fleet import TOP_HOSTS
 from greenops.telemetry.models import devices_noun
 from greenops.units import plural
 
@@ -77,21 +78,24 @@ def _step_label(step_s: int) -> str:
     return "minute" if step_s == 60 else f"{step_s // 60} minutes"
 
 
-# Hosts the energy chart stacks one by one; past that the hosts using the most energy in the
-# range are drawn and the rest stacked as one "N other hosts" bar (125 stacked hosts are 125
-# legend entries nobody reads and, at 300 points each, megabytes of page).
-MAX_HOST_BARS = 8
+# Hosts the energy chart stacks one by one (greenops.telemetry.fleet.top_hosts picks them).
+MAX_HOST_BARS = TOP_HOSTS
 
 
-def host_bars(by_host: dict[str, list[float]]) -> list[tuple[str, list[float]]]:
-    """(name, kWh per bucket) to stack: every host, or the MAX_HOST_BARS hosts with the most
-    energy over the range (by name) then the others' sum. Bar heights are unchanged."""
+def host_bars(by_host: dict[str, list[float]], other: dict | None = None
+              ) -> list[tuple[str, list[float]]]:
+    """(name, kWh per bucket) to stack. From a fleet series: its hosts, then `other` (the rest
+    summed by fleet.top_hosts) as one "N other hosts" bar. From a plain host -> kWh mapping:
+    every host, or the MAX_HOST_BARS hosts with the most energy over the range (by name) then
+    the others' sum. Bar heights are unchanged."""
+    if other is not None:
+        return [*by_host.items(), (f"{other['hosts']:,} other hosts", other["kwh"])]
     if len(by_host) <= MAX_HOST_BARS + 1:
         return list(by_host.items())
     top = sorted(sorted(by_host, key=lambda h: -sum(by_host[h]))[:MAX_HOST_BARS])
     rest = [kwh for host, kwh in by_host.items() if host not in set(top)]
-    other = [sum(values) for values in zip(*rest, strict=True)]
-    return [(host, by_host[host]) for host in top] + [(f"{len(rest)} other hosts", other)]
+    other_kwh = [sum(values) for values in zip(*rest, strict=True)]
+    return [(host, by_host[host]) for host in top] + [(f"{len(rest)} other hosts", other_kwh)]
 
 
 def energy(fs: dict, one: str = "GPU") -> dict:
@@ -99,10 +103,19 @@ def energy(fs: dict, one: str = "GPU") -> dict:
     data = [{"type": "bar", "name": host, "x": fs["t"], "y": [round(v, 6) for v in kwh],
              "marker": {"color": colour(i)},
              "hovertemplate": "%{y:,.4g} kWh<extra>" + host + "</extra>"}
-            for i, (host, kwh) in enumerate(host_bars(fs["energy_kwh_by_host"]))]
+            for i, (host, kwh) in enumerate(host_bars(fs["energy_kwh_by_host"],
+                                                      fs.get("energy_kwh_other_hosts")))]
     step = _step_label(fs["step_s"])
     title = f"{one[:1].upper()}{one[1:]} energy per {step}{_sim(fs['simulated'])}"
-    return {"data": data, "layout": layout(title, barmode="stack", yaxis=axis("kWh"))}
+    other = fs.get("energy_kwh_other_hosts")
+    extra = {}
+    if other is not None:  # say what the last bar is: the stacks still add to the fleet's kWh
+        title += (f"<br><sub>the {len(fs['energy_kwh_by_host'])} hosts using the most, then "
+                  f"{other['hosts']:,} others as one bar</sub>")
+        # The second title line gets its own room above the plot (on a phone it spans the
+        # width and met the top tick label).
+        extra["margin"] = {**LAYOUT["margin"], "t": 60}
+    return {"data": data, "layout": layout(title, barmode="stack", yaxis=axis("kWh"), **extra)}
 
 
 def per_day_by_workload(days: dict, key: str, title: str, unit: str, fmt: str) -> dict:

@@ -89,7 +89,9 @@ def fleet_series(gpus: list[Gpu], range_key: str, now: dt.datetime | None = None
     energy_by_host: dict[str, list[float]] = defaultdict(lambda: [0.0] * n_buckets)
     for (gpu_id, k), c in cells.items():
         energy_by_host[by_id[gpu_id].host.name][k] += c[4] / J_PER_KWH
-    out["energy_kwh_by_host"] = dict(sorted(energy_by_host.items()))
+    names = sorted(energy_by_host)
+    out["energy_kwh_by_host"], out["energy_kwh_other_hosts"] = top_hosts(
+        names, np.array([energy_by_host[h] for h in names]).reshape(len(names), n_buckets))
     if len(gpus) <= MAX_GPU_SERIES:
         out["grouping"] = "gpu"
         out["series"] = _per_gpu(gpus, cells, n_buckets)
@@ -116,6 +118,11 @@ def fleet_series(gpus: list[Gpu], range_key: str, now: dt.datetime | None = None
                gpus_reporting=reporting)
     return out
 
+
+# Hosts the energy chart stacks one by one; past that the hosts using the most energy in the
+# range, and the others as one series (top_hosts): 1,250 stacked hosts are 1,250 legend
+# entries nobody reads and, at ~300 points each, megabytes of page.
+TOP_HOSTS = 8
 
 # What a host list shows of each host (team_hosts).
 HOST_FIELDS = ("id", "name", "removed_at", "instance_type", "region", "agent_version",
@@ -188,7 +195,8 @@ def team_fleet_series(team: Team, range_key: str, now: dt.datetime | None = None
         # ids per live bucket, and its bitmap, were ~0.8 ms of a last-hour view's ~6 ms tail.
         new = gpu_bitmap([g for g, _ in gpus]) & ~stored.union_bits()
         stored.extend(bucket_figures(gpus, resolution, until, end, step_s, prepare=True,
-                                     with_ids=bool(new), count_reporting=False))
+                                     with_ids=bool(new), count_reporting=False,
+                                     team_id=team.id))
     return assemble(len(gpus), host_name, range_key, resolution, start, end, step_s, stored,
                     gpus_reporting=stored.reporting_count())
 
@@ -306,7 +314,7 @@ _CELL_SUMS = (("us", "r.util_sum"), ("un", "r.util_n"), ("ps", "coalesce(r.power
               ("n", "r.samples"))
 
 
-def _cell_sql(table: str, one_row_each: bool) -> str:
+def _cell_sql(table: str, one_row_each: bool, by_team: bool = False) -> str:
     """The `cell` CTE, each cell with its GPU's host. one_row_each: the display step is the
     rollup's own (the last hour's minutes, the week's hours, the quarter's days), so each rollup
     row is one cell -- no sort and group (a fifth of the live tail). The GPUs come as two
@@ -315,10 +323,13 @@ def _cell_sql(table: str, one_row_each: bool) -> str:
     estimating each element's selectivity in turn (1.4 ms of a last-hour view's tail). bigint[],
     the type of gpu_id: an int4 array made the comparison cross-type, which is not hashed."""
     sums = ", ".join(f"{e} AS {a}" if one_row_each else f"sum({e}) AS {a}" for a, e in _CELL_SUMS)
+    gpus = (f"(SELECT g.id AS gpu_id, g.host_id FROM {Host._meta.db_table} h JOIN "
+            f"{Gpu._meta.db_table} g ON g.host_id = h.id WHERE h.team_id = %(team)s) AS t"
+            if by_team else "unnest(%(gpus)s::bigint[], %(hosts)s::bigint[]) AS t(gpu_id, host_id)")
     return (f"SELECT r.gpu_id, t.host_id, floor(date_part('epoch', r.bucket) / %(step)s)::bigint"
-            f" AS k, {sums} FROM unnest(%(gpus)s::bigint[], %(hosts)s::bigint[]) AS t(gpu_id,"
-            f" host_id) JOIN {table} r ON r.gpu_id = t.gpu_id WHERE r.bucket >= %(start)s"
-            f" AND r.bucket < %(end)s" + ("" if one_row_each else " GROUP BY 1, 2, 3"))
+            f" AS k, {sums} FROM {gpus} JOIN {table} r ON r.gpu_id = t.gpu_id"
+            f" WHERE r.bucket >= %(start)s AND r.bucket < %(end)s"
+            + ("" if one_row_each else " GROUP BY 1, 2, 3"))
 
 
 # Each rollup's own step, from the one table of ranges and rollups (queries.RESOLUTION).
@@ -329,23 +340,30 @@ _REPORTING_SQL = """UNION ALL SELECT 2, count(DISTINCT gpu_id), NULL, NULL, NULL
 
 def bucket_figures(gpus: list[tuple[int, int]], resolution: str, start: dt.datetime,
                    end: dt.datetime, step_s: int, with_ids: bool = False,
-                   count_reporting: bool | None = None, prepare: bool = False
-                   ) -> BucketFigures:
+                   count_reporting: bool | None = None, prepare: bool = False,
+                   team_id: int | None = None) -> BucketFigures:
     """The fleet's figures per display bucket over [start, end) (start a multiple of step_s)
     from the `resolution` rollups of `gpus` ((GPU id, its host's id) pairs), computed in
     PostgreSQL. with_ids: each bucket's GPUs as a bitmap (stored rollups, a stored page's tail).
     count_reporting (default: not with_ids): the GPUs reporting over [start, end) as
     `reporting`. prepare: a prepared statement (the page's live tail, the same few minutes on
-    every view; not the fill's ranges of hours to days, whose best plan depends on the span)."""
+    every view; not the fill's ranges of hours to days, whose best plan depends on the span).
+    team_id: `gpus` are every GPU of that team (the page's tail), so the statement selects them
+    itself -- two arrays of 10,000 ids were 17 ms of a 10,000-GPU page's CPU to write out and
+    more for PostgreSQL to parse, on every view."""
     if count_reporting is None:
         count_reporting = not with_ids
-    cell = _cell_sql(ROLLUPS[resolution]._meta.db_table, step_s == _ROLLUP_STEP_S[resolution])
+    cell = _cell_sql(ROLLUPS[resolution]._meta.db_table, step_s == _ROLLUP_STEP_S[resolution],
+                     by_team=team_id is not None)
     sql = _FLEET_SQL.format(cell=cell,
                             ids="array_agg(gpu_id)" if with_ids else "NULL::bigint[]",
                             reporting=_REPORTING_SQL if count_reporting else "")
-    params = {"gpus": store.int_array(g for g, _ in gpus),
-              "hosts": store.int_array(h for _, h in gpus), "start": start, "end": end,
-              "step": step_s}
+    params = {"start": start, "end": end, "step": step_s}
+    if team_id is None:
+        params.update(gpus=store.int_array(g for g, _ in gpus),
+                      hosts=store.int_array(h for _, h in gpus))
+    else:
+        params["team"] = team_id
     out = BucketFigures(step_s)
     by_host: dict[int, dict[int, float]] = defaultdict(dict)
     db = read_connection()  # the replica for a page's read, the primary for the fill task
@@ -399,23 +417,41 @@ def assemble(n_gpus: int, host_name: dict[int, str], range_key: str, resolution:
             sums[j] += v or 0
         drawn.append((i, k))
     us, un, ps, pn, e, sim, n = sums
-    # Energy per host and bucket: one matrix (hosts x buckets) filled in one assignment.
-    host_ids = sorted(host_name)
-    row_of = np.full(max(host_ids, default=0) + 1, -1)
+    # Energy per host and bucket as three flat arrays (host row, chart bucket, kWh), one entry
+    # per stored (host, bucket): the hosts' totals and the "other hosts" series are sums over
+    # them (np.bincount), and only the drawn hosts get a row of buckets.
+    host_ids = np.array(sorted(host_name), dtype=np.int64)
+    row_of = np.full(int(host_ids.max(initial=0)) + 1, -1)
     row_of[host_ids] = np.arange(len(host_ids))
-    kwh = np.zeros((len(host_ids), n_buckets))
-    seen = np.zeros(len(host_ids), bool)
+    rows, cols, kwh = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     parts = [(i, figures.host_energy[k]) for i, k in drawn if k in figures.host_energy]
     if parts:
         ids = np.concatenate([p[1][0] for p in parts]).astype(np.int64)
         joules = np.concatenate([p[1][1] for p in parts])
         cols = np.repeat([p[0] for p in parts], [len(p[1][0]) for p in parts])
-        known = ids < len(row_of)
-        rows = np.full(len(ids), -1)
-        rows[known] = row_of[ids[known]]
+        if ids.max() < len(row_of):  # else hosts deleted since (ids beyond the team's)
+            rows = row_of[ids]
+        else:
+            known = ids < len(row_of)
+            rows = np.full(len(ids), -1)
+            rows[known] = row_of[ids[known]]
+        kwh = joules / J_PER_KWH
         mine = rows >= 0  # hosts no longer in the team: not drawn
-        kwh[rows[mine], cols[mine]] = joules[mine] / J_PER_KWH
-        seen[rows[mine]] = True
+        if not mine.all():  # masks over every (host, bucket) only when there is one to drop
+            rows, cols, kwh = rows[mine], cols[mine], kwh[mine]
+    seen = np.flatnonzero(np.bincount(rows, minlength=len(host_ids)))
+    names = [host_name[int(h)] for h in host_ids[seen]]
+    top = _top(names, np.bincount(rows, weights=kwh, minlength=len(host_ids))[seen].tolist())
+    line_of = np.full(len(host_ids), -1)
+    line_of[seen[top]] = np.arange(len(top))
+    lines = line_of[rows]
+    drawn_kwh = np.zeros((len(top), n_buckets))
+    on_line = lines >= 0
+    drawn_kwh[lines[on_line], cols[on_line]] = kwh[on_line]
+    by_host = dict(sorted((names[j], drawn_kwh[i].tolist()) for i, j in enumerate(top)))
+    other = None if len(top) == len(names) else {
+        "hosts": len(names) - len(top),
+        "kwh": np.bincount(cols[~on_line], weights=kwh[~on_line], minlength=n_buckets).tolist()}
     t = [dt.datetime.fromtimestamp((k0 + i) * step_s, dt.UTC).isoformat()
          for i in range(n_buckets)]
     totals = {"gpus": n_gpus, "gpus_reporting": gpus_reporting,
@@ -427,10 +463,30 @@ def assemble(n_gpus: int, host_name: dict[int, str], range_key: str, resolution:
             "start": start.isoformat(), "end": end.isoformat(), "step_s": step_s, "t": t,
             "window_text": _window_text(start, end),
             "simulated": sim > 0, "totals": totals,
-            "energy_kwh_by_host": dict(sorted(
-                (host_name[h], kwh[j].tolist()) for j, h in enumerate(host_ids) if seen[j])),
+            "energy_kwh_by_host": by_host, "energy_kwh_other_hosts": other,
             "grouping": "fleet", "util_mean_pct": mean, "util_p10_pct": p10, "util_p90_pct": p90,
             "power_w": power, "gpus_reporting": reporting}
+
+
+def top_hosts(names: list[str], kwh: np.ndarray
+              ) -> tuple[dict[str, list[float]], dict | None]:
+    """The energy chart's series from a (hosts x buckets) kWh matrix, its rows named by `names`:
+    every host when at most TOP_HOSTS + 1 used energy in the range, else the TOP_HOSTS using
+    the most (ties by name) and {"hosts": how many others, "kwh": their sum per bucket}. Each
+    bucket's stacked height stays the fleet's kWh. (assemble does the same from flat arrays.)"""
+    top = _top(names, kwh.sum(axis=1).tolist())
+    rest = sorted(set(range(len(names))) - set(top))
+    return (dict(sorted((names[j], kwh[j].tolist()) for j in top)),
+            {"hosts": len(rest), "kwh": kwh[rest].sum(axis=0).tolist()} if rest else None)
+
+
+def _top(names: list[str], totals: list[float]) -> list[int]:
+    """Positions of the hosts the energy chart draws one by one: all when at most
+    TOP_HOSTS + 1, else the TOP_HOSTS with the largest totals (ties by name). The rest are one
+    series: 1,250 hosts x 289 buckets as Python lists were ~75 ms of a 10,000-GPU page."""
+    if len(names) <= TOP_HOSTS + 1:
+        return list(range(len(names)))
+    return sorted(range(len(names)), key=lambda j: (-totals[j], names[j]))[:TOP_HOSTS]
 
 
 def _window_text(start: dt.datetime, end: dt.datetime) -> str:
