@@ -11,7 +11,7 @@ Precedence (most specific wins, and the answer says which one it used):
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -217,15 +217,22 @@ def carbon_of(energy: ItEnergy, factors: FactorsFor | None = None) -> CarbonTota
     """PUE and grid intensity applied once per host and hour, on that host-hour's IT energy,
     then summed: work spread over sites (or over a change of factors) gets each one's own."""
     factors = factors or cached_site_factors()
+    return carbon_over((e.it_energy_j, factors(energy.hosts[host_id], bucket))
+                       for (host_id, bucket), e in sorted(energy.hours.items(),
+                                                          key=lambda kv: kv[0])
+                       if e.it_energy_j)
+
+
+def carbon_over(parts: Iterable[tuple[float, SiteFactors]]) -> CarbonTotals:
+    """Each part's IT energy (a host-hour, or a span of a host's hours under one set of
+    factors: costs.month_cost) under its own PUE and grid intensity, summed, with each factor's
+    source named once."""
     out = CarbonTotals()
     pue_sources: list[str] = []
     intensity_sources: list[str] = []
-    for (host_id, bucket), e in sorted(energy.hours.items(), key=lambda kv: kv[0]):
-        if not e.it_energy_j:
-            continue
-        f = factors(energy.hosts[host_id], bucket)
-        carbon = carbon_for_energy(e.it_energy_j, f)
-        out.it_energy_j += e.it_energy_j
+    for it_energy_j, f in parts:
+        carbon = carbon_for_energy(it_energy_j, f)
+        out.it_energy_j += it_energy_j
         out.facility_energy_j += carbon.facility_energy_kwh * J_PER_KWH
         out.co2e_g += carbon.co2e_g
         pue_sources.append(f"{f.pue:g} ({f.pue_source})")

@@ -30,7 +30,7 @@ from greenops import windows
 from greenops.carbon.accounting import (
     FactorsFor,
     SiteFactors,
-    carbon_for_energy,
+    carbon_over,
     ensure_factors,
     factors_at,
 )
@@ -314,18 +314,11 @@ def host_months(hosts: list[Host], start: dt.datetime, end: dt.datetime,
 
 def _carbon(m: HostMonth, host: Host, factors_for: FactorsFor) -> None:
     """carbon_of over the host's spans: PUE and intensity of each span on its IT energy."""
-    pue_sources, intensity_sources = [], []
-    for s in m.spans:
-        if not s.it_energy_j:
-            continue
-        f = factors_for(host, s.start)
-        carbon = carbon_for_energy(s.it_energy_j, f)
-        m.facility_energy_j += carbon.facility_energy_kwh * J_PER_KWH
-        m.co2e_g += carbon.co2e_g
-        pue_sources.append(f"{f.pue:g} ({f.pue_source})")
-        intensity_sources.append(f"{f.intensity_g_per_kwh:g} g/kWh ({f.intensity_source})")
-    m.pue_source = "; ".join(dict.fromkeys(pue_sources))
-    m.intensity_source = "; ".join(dict.fromkeys(intensity_sources))
+    carbon = carbon_over((s.it_energy_j, factors_for(host, s.start)) for s in m.spans
+                         if s.it_energy_j)
+    m.facility_energy_j += carbon.facility_energy_j
+    m.co2e_g += carbon.co2e_g
+    m.pue_source, m.intensity_source = carbon.pue_source, carbon.intensity_source
 
 
 def _cost(m: HostMonth, host: Host, start: dt.datetime, end: dt.datetime, price: Prices,
