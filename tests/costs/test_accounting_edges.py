@@ -251,7 +251,7 @@ def test_the_costs_page_figures_of_one_day_whole(team):
         "end": END.isoformat(), "window_text": "24 hours to 30 Nov 2026 06:00 UTC",
         "method": METHOD, "total_cost_usd": 20.0,
         "priced_cost_usd": 20.0, "idle_cost_usd": 10.0, "idle_threshold_pct": 5.0,
-        "stale_prices": False, "problems": [],
+        "unpriced_hosts": 0, "stale_prices": False, "problems": [],
         "workloads": [{"slug": w.slug, "name": "trainer", "kind": "training", "gpu_hours": 2,
                        "cost_usd": 10.0}]}
 
@@ -271,7 +271,7 @@ def test_a_host_without_a_price_leaves_the_priced_sum_and_names_the_problem(team
     set_price("p4d.24xlarge", "us-east-1", "on_demand", "10",
               as_of=NOW - dt.timedelta(days=100))
     out = team_costs(collect(team, 1, NOW))
-    assert out["total_cost_usd"] is None
+    assert out["total_cost_usd"] is None and out["unpriced_hosts"] == 1
     assert out["priced_cost_usd"] == 20.0 and out["idle_cost_usd"] == 10.0
     assert out["stale_prices"] is True
     row_a, row_b = sorted(out["hosts"], key=lambda r: r["host"])
