@@ -19,7 +19,9 @@ from django.utils import timezone
 from dashboards import refresh
 from greenops import windows
 from greenops.alerts.models import FIRING_STATES, Rule
+from greenops.carbon import accounting as carbon_accounting
 from greenops.costs import accounting, month_cost
+from greenops.costs import models as cost_models
 from greenops.costs.team_recommendations import team_recommendations
 from greenops.kpis import metrics
 from greenops.kpis import queries as kpi_queries
@@ -210,9 +212,16 @@ def _team_of(instance) -> int | None:
     return team_id
 
 
-def pricing_changed(instance=None, **kwargs) -> None:
+def pricing_changed(instance=None, created: bool = False, **kwargs) -> None:
     """Signal receiver (dashboards.apps): something a cost depends on was edited; that team's
     snapshots (every team's, for the shared catalog) taken before no longer match any key."""
+    if created and getattr(instance, "valid_from", None) in (cost_models.SINCE_EVER,
+                                                             carbon_accounting.SINCE_EVER):
+        # A host's first pricing records the terms and site factors it already had, in force
+        # since ever (HostTermsPeriod.ensure, ensure_factors): no figure changes. Counted as an
+        # edit, the first cost figures of a new host made every figure just kept for its team
+        # stale at once, and its page said "refreshing" again.
+        return
     team_id = _team_of(instance) if instance is not None else None
     key = GENERATION_KEY if team_id is None else team_generation_key(team_id)
     try:

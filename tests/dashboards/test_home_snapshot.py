@@ -161,3 +161,23 @@ def test_an_edit_makes_only_its_own_teams_snapshots_stale(team, other_team):
     Price.objects.first().save()
     a2, b2 = keys()
     assert a2 != a and b2 != b
+
+
+def test_a_hosts_first_pricing_is_not_an_edit_but_a_change_of_terms_is(team):
+    """The first pricing of a host records the terms and site factors it already had, in force
+    since ever: the team's kept figures stay valid. A later change of terms (in force from the
+    edit) makes them stale."""
+    from dashboards import headline
+    from greenops.carbon.accounting import ensure_factors
+    from greenops.costs.models import HostTermsPeriod
+
+    host, _ = make_host(team, "node-new", gpus=1)
+    before = headline._generations(team.id)
+    HostTermsPeriod.ensure(host)
+    ensure_factors(host)
+    assert HostTermsPeriod.objects.filter(host=host).count() == 1
+    assert headline._generations(team.id) == before
+    host.purchase_option = "spot"
+    host.save()  # the Host save itself is an edit too; the terms period it records is another
+    assert HostTermsPeriod.objects.filter(host=host).count() == 2
+    assert headline._generations(team.id) != before
