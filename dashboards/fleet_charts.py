@@ -6,7 +6,7 @@ The house style (LAYOUT, axes, palette, the point budget) lives in greenops.char
 
 from __future__ import annotations
 
-from greenops.chart_style import LAYOUT, axis, colour, layout
+from greenops.chart_style import LAYOUT, axis, colour, layout, line_mode
 from greenops.telemetry.fleet import TOP_HOSTS
 from greenops.telemetry.models import devices_noun
 from greenops.units import plural
@@ -22,7 +22,7 @@ def _gpu_label(s: dict, nouns: dict | None = None) -> str:
 
 
 def _per_gpu_lines(fs: dict, key: str, unit: str, nouns: dict | None = None) -> list[dict]:
-    return [{"type": "scatter", "mode": "lines", "name": _gpu_label(s, nouns), "x": fs["t"],
+    return [{"type": "scatter", **line_mode(s[key]), "name": _gpu_label(s, nouns), "x": fs["t"],
              "y": s[key], "connectgaps": False,
              "hovertemplate": f"%{{y:,.1f}} {unit}<extra>{_gpu_label(s, nouns)}</extra>"}
             for s in fs["series"]]
@@ -46,7 +46,8 @@ def utilisation(fs: dict, one: str = "GPU", many: str = "GPUs",
             {**band, "name": f"p10–p90 of {many}", "y": fs["util_p10_pct"], "fill": "tonexty",
              "fillcolor": "rgba(21,128,61,0.18)",
              "hovertemplate": "p10 %{y:.1f} %<extra></extra>"},
-            {"type": "scatter", "mode": "lines", "name": f"mean of {many}" + _sim(fs["simulated"]),
+            {"type": "scatter", **line_mode(fs["util_mean_pct"]),
+             "name": f"mean of {many}" + _sim(fs["simulated"]),
              "x": fs["t"], "y": fs["util_mean_pct"], "connectgaps": False,
              "line": {"color": colour(0), "width": 2},
              "hovertemplate": "mean %{y:.1f} %<extra></extra>"},
@@ -62,7 +63,8 @@ def power(fs: dict, one: str = "GPU", many: str = "GPUs", nouns: dict | None = N
         data = _per_gpu_lines(fs, "power_w", "W", nouns)
         title = f"{one[:1].upper()}{one[1:]} power draw"
     else:
-        data = [{"type": "scatter", "mode": "lines", "name": "fleet" + _sim(fs["simulated"]),
+        data = [{"type": "scatter", **line_mode(fs["power_w"]),
+                 "name": "fleet" + _sim(fs["simulated"]),
                  "x": fs["t"], "y": fs["power_w"], "connectgaps": False,
                  "line": {"color": colour(1)},
                  "hovertemplate": "%{y:,.0f} W<extra>all " + many + "</extra>"}]

@@ -44,3 +44,20 @@ def layout(title: str, **extra: Any) -> dict[str, Any]:
 
 def colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
+
+
+def line_mode(y) -> dict[str, Any]:
+    """The `mode` (and marker) of a line trace over `y`. Plotly draws a line only between
+    neighbouring values, so a value whose neighbours are both missing -- a host's first
+    minutes after enrolling, one bucket between two gaps -- would not show at all: the chart
+    looked empty beside a card saying 50 % utilisation. A trace with such a value gets markers
+    too (as Grafana shows points on a sparse series); a continuous one stays a bare line."""
+    values = [None if v is None or v != v else v for v in y]  # NaN counts as missing
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        before = values[i - 1] if i > 0 else None
+        after = values[i + 1] if i + 1 < len(values) else None
+        if before is None and after is None:
+            return {"mode": "lines+markers", "marker": {"size": 5}}
+    return {"mode": "lines"}

@@ -249,3 +249,35 @@ def test_month_to_date_reads_day_rows_and_equals_the_sum_of_hours(db, team):
     for key in ("energy_kwh", "co2e_kg", "requests"):
         assert month[key] == pytest.approx(every_hour[key], rel=1e-12), key
     assert month["requests"] == sum(10 * i for i, b in enumerate(hours) if month_start <= b < end)
+
+
+def test_a_lone_value_between_gaps_is_drawn_as_a_point():
+    from greenops.chart_style import line_mode
+
+    # [gap, 50, gap]: Plotly would draw nothing for the 50 as a bare line.
+    assert line_mode([None, 50.0, None])["mode"] == "lines+markers"
+    assert line_mode([float("nan"), 50.0])["mode"] == "lines+markers"
+    assert line_mode([42.0])["mode"] == "lines+markers"
+    # Continuous runs (two or more neighbours) stay lines; gaps between runs are fine.
+    assert line_mode([None, 50.0, 51.0, None, 40.0, 41.0]) == {"mode": "lines"}
+    assert line_mode([]) == {"mode": "lines"}
+
+
+def test_a_host_minutes_after_enrolling_shows_its_point_on_the_charts(client, users, team,
+                                                                      host, post_batch):
+    """Two minutes of samples fall in one 5-minute bucket of the last 24 hours: one value per
+    GPU between gaps. The utilisation and power lines carry markers, so the charts show it."""
+    import time
+
+    from tests.support.factories import make_batch
+
+    _, token = host
+    start = (time.time() // 300 - 2) * 300 + 10  # inside one closed 5-minute bucket
+    assert post_batch(token, make_batch(n_per_gpu=100, step=1.0, start=start)).status_code \
+        == 202
+    client.force_login(users["member"])
+    figs = _figures(client.get(f"/teams/{team.slug}/?range=day").content.decode())
+    for name in ("fig-utilisation", "fig-power"):
+        traces = figs[name]["data"]
+        assert traces and all(t["mode"] == "lines+markers" for t in traces), (name, traces)
+        assert sum(v is not None for t in traces for v in t["y"]) >= 1, name
