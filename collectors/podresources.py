@@ -97,7 +97,12 @@ def list_allocations(
             f"no kubelet socket at {socket_path} (is /var/lib/kubelet/pod-resources mounted?)"
         )
     try:
-        with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+        # Each call's own subchannel: gRPC shares subchannels (and their reconnect backoff,
+        # up to 120 s) between channels to one address, so after a kubelet restart a new
+        # channel still failed at once with UNAVAILABLE until the backoff ran out; a local
+        # pool connects afresh, and attribution resumes at the next poll.
+        with grpc.insecure_channel(f"unix://{socket_path}",
+                                   options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
             stub = api_pb2_grpc.PodResourcesListerStub(channel)
             answer = stub.List(api_pb2.ListPodResourcesRequest(), timeout=timeout_s)
     except grpc.RpcError as exc:
