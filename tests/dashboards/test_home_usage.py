@@ -1,5 +1,6 @@
-"""The team home collects each cost window once per view (costs.accounting.collect is the
-page's expensive part at 1,000 GPUs)."""
+"""The team home's cost figures read month_cost's summed path (month_cost.team_usage), each
+window once per refresh, and never the per-hour path (accounting.collect): its windows are whole
+hours at the standard idle threshold."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from tests.support.factories import make_host
 NOW = dt.datetime(2026, 11, 30, 12, 30, tzinfo=dt.UTC)
 
 
-def test_month_range_collects_nothing_and_its_refresh_each_window_once(client, users, team):
-    """Range "month": the view collects nothing (its cost figures come from a snapshot, or are
-    "being computed"); the refresh it queues (in-process after the response) takes every
-    range's windows, each collected once: the cards read the last 30 days and the 30 before,
-    the month to date Nov 1 to 12:00 and the recommendations the last 30 days again, which is
-    asked twice but collected once."""
+def test_the_month_ranges_refresh_sums_each_window_once_and_never_per_hour(client, users, team):
+    """Range "month": the view computes nothing; the refresh it queues (in-process after the
+    response) sums every range's windows once each: the last 30 days (the cards and the
+    recommendations both ask) and the 30 before, the month to date Nov 1 to 12:00, and the
+    other ranges' windows."""
     from dashboards import views
+    from greenops import windows
     from greenops.costs import accounting, month_cost
 
     make_host(team, "node-0", gpus=2)
@@ -34,15 +35,17 @@ def test_month_range_collects_nothing_and_its_refresh_each_window_once(client, u
         mock.patch("django.utils.timezone.now", return_value=NOW),
         mock.patch.object(views, "render", render),
         mock.patch.object(month_cost, "team_usage", side_effect=real) as spy,
+        mock.patch.object(accounting, "collect", side_effect=AssertionError("per hour")),
     ):
         response = client.get(f"/teams/{team.slug}/?range=month")
     assert response.status_code == 200
     assert in_view == [0]
-    windows = [(c.args[1], c.args[2]) for c in spy.call_args_list]
-    starts = [accounting.windows.lookback(d, n).start for d, n in windows]
-    assert len(starts) == len(set(starts)), windows
-    thirty = accounting.windows.lookback(30, NOW).start
-    assert starts.count(thirty) == 1
+    starts = [windows.lookback(c.args[1], c.args[2]).start for c in spy.call_args_list]
+    assert len(starts) == len(set(starts)), starts
+    assert starts.count(windows.lookback(30, NOW).start) == 1
+    assert windows.lookback(30, NOW - dt.timedelta(days=30)).start in starts
+    month_start = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    assert month_start in starts  # the month to date
 
 
 def test_the_first_hour_of_a_month_in_the_teams_time_zone_is_billed_nothing_yet(
