@@ -77,11 +77,16 @@ def kpi_range(range_key: str) -> str:
 
 def unpriced(tu: accounting.TeamUsage) -> Unpriced:
     out = Unpriced()
-    for r in tu.rows:
-        if r.problem is None or not r.in_window:
-            continue
+    missing = [r for r in tu.rows if r.problem is not None and r.in_window]
+    if not missing:
+        return out
+    # GPU-hours per host in one pass over the GPUs (not one pass per unpriced host).
+    hours: dict[int, int] = {}
+    for u in tu.usage.values():
+        hours[u.host_id] = hours.get(u.host_id, 0) + u.hour_count()
+    for r in missing:
         out.hosts.append({"name": r.host.name, "id": r.host.id, "message": r.problem.message})
-        out.gpu_hours += sum(u.hour_count() for u in tu.usage.values() if u.host_id == r.host.id)
+        out.gpu_hours += hours.get(r.host.id, 0)
     return out
 
 
