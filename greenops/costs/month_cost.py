@@ -80,11 +80,13 @@ MINUTES_SQL = """
         WHERE gpu_id = ANY(%(gpus)s) AND bucket >= %(start)s AND bucket < %(end)s
           AND samples > 0
     ), fallback AS (
+        -- One pass over hrs grouped by GPU: the two correlated EXISTS this replaces were
+        -- re-run per GPU over the whole CTE (an OR of them is no anti-join), which is GPUs x
+        -- GPU-hours: 10 s for 2,000 GPUs over 7 days, 41 s for 4,000 (bench10k).
         SELECT g.id, g.host_id FROM {gpu} g
-        WHERE g.id = ANY(%(gpus)s)
-          AND (NOT EXISTS (SELECT 1 FROM hrs WHERE hrs.gpu_id = g.id)
-               OR EXISTS (SELECT 1 FROM hrs WHERE hrs.gpu_id = g.id AND hrs.util_minutes = 0
-                          AND hrs.util_n <> 0))
+        LEFT JOIN (SELECT gpu_id, bool_or(util_minutes = 0 AND util_n <> 0) AS uncounted
+                   FROM hrs GROUP BY gpu_id) s ON s.gpu_id = g.id
+        WHERE g.id = ANY(%(gpus)s) AND (s.gpu_id IS NULL OR s.uncounted)
     )
     SELECT {by},
            count(*), count(*) FILTER (WHERE m.util_sum < m.util_n * %(idle_pct)s)

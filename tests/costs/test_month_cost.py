@@ -6,8 +6,10 @@ The data cover every edge that cuts a span: a price change at 20:30 (inside an h
 to a reserved instance at 10:15, a host removed at 40:20 that kept reporting after, a host
 enrolled at 05:40, site factors changing at 30:00, a team discount from 36:00, an on-premises
 host billed for electricity x PUE, a host with no catalog price, a host idle in every minute
-(a stop recommendation, judged hour by hour), and a GPU with no hour rows (minute rows only:
-its idle minutes come from the minute rollups).
+(a stop recommendation, judged hour by hour), a GPU with no hour rows (minute rows only:
+its idle minutes come from the minute rollups), and a GPU whose hour rows hold a utilisation
+but counted no minutes (rollups kept before minutes were counted: its minutes come from the
+minute rollups of those hours too).
 """
 
 from __future__ import annotations
@@ -102,6 +104,14 @@ def fleet(team):
     e.save()
     hour_rows(e.gpus.get(), range(0, 48, 2))
     hour_rows(f.gpus.get(), range(48), util=1.0, idle_every=1)  # idle every minute: stop it
+    g, _ = make_host(team, "g-old-rollups", gpus=1)
+    enrolled(g, T0 - dt.timedelta(days=30))
+    hour_rows(g.gpus.get(), range(48), util=30.0)
+    # Hours 6-9 were rolled up before minutes were counted: a utilisation, no minute counts.
+    GpuHour.objects.filter(gpu__host=g, bucket__gte=h(6), bucket__lt=h(10)).update(
+        util_minutes=0, idle_minutes=0)
+    minute_rows(g.gpus.get(), 7, 40, 1.0)  # 40 idle minutes
+    minute_rows(g.gpus.get(), 8, 25, 80.0)  # 25 busy minutes
     return list(Host.objects.filter(team=team).prefetch_related("gpus").order_by("name"))
 
 
@@ -146,7 +156,7 @@ def test_spans_give_every_figure_of_the_per_hour_path(fleet, window):
             assert same(getattr(m, f), getattr(t, f)), (host.name, f)
         assert (m.simulated, m.cpu_ram_method, m.pue_source, m.intensity_source) == (
             t.simulated, t.cpu_ram_method, t.pue_source, t.intensity_source), host.name
-    a, b, c, d, e, _ = (new[x.id] for x in fleet)
+    a, b, c, d, e, _, g = (new[x.id] for x in fleet)
     if window == (T0, END):
         # The figures that would expose a wrong span, worked out by hand:
         # a: ran 44 hours; hours 0-20 at $32 (21 h), hour 21-35 at $40 (11 h, 30-33 silent),
@@ -171,6 +181,9 @@ def test_spans_give_every_figure_of_the_per_hour_path(fleet, window):
         # e: no catalog price: no cost, named.
         assert e.cost.cost_usd is None and e.cost.problem.code == "unknown_instance_type"
         assert d.cost.electricity_usd > 0
+        # g: its counted hours had no idle minute; hours 6-9 counted none, so their minute
+        # rows count: 40 idle in hour 7 (1 % < 5 %), 25 busy in hour 8.
+        assert g.cost.idle_gpu_hours == pytest.approx(40 / 60)
 
 
 def test_a_window_cutting_an_hour_keeps_the_per_hour_path(fleet):
