@@ -323,12 +323,25 @@ def _cell_sql(table: str, one_row_each: bool, by_team: bool = False) -> str:
     estimating each element's selectivity in turn (1.4 ms of a last-hour view's tail). bigint[],
     the type of gpu_id: an int4 array made the comparison cross-type, which is not hashed."""
     sums = ", ".join(f"{e} AS {a}" if one_row_each else f"sum({e}) AS {a}" for a, e in _CELL_SUMS)
-    gpus = (f"(SELECT g.id AS gpu_id, g.host_id FROM {Host._meta.db_table} h JOIN "
-            f"{Gpu._meta.db_table} g ON g.host_id = h.id WHERE h.team_id = %(team)s) AS t"
-            if by_team else "unnest(%(gpus)s::bigint[], %(hosts)s::bigint[]) AS t(gpu_id, host_id)")
-    return (f"SELECT r.gpu_id, t.host_id, floor(date_part('epoch', r.bucket) / %(step)s)::bigint"
-            f" AS k, {sums} FROM {gpus} JOIN {table} r ON r.gpu_id = t.gpu_id"
-            f" WHERE r.bucket >= %(start)s AND r.bucket < %(end)s"
+    k = "floor(date_part('epoch', r.bucket) / %(step)s)::bigint"
+    in_range = "r.bucket >= %(start)s AND r.bucket < %(end)s"
+    team_gpus = (f"SELECT g.id AS gpu_id, g.host_id FROM {Host._meta.db_table} h JOIN "
+                 f"{Gpu._meta.db_table} g ON g.host_id = h.id WHERE h.team_id = %(team)s")
+    if by_team and not one_row_each:
+        # Summed per GPU and bucket first, over the rollup rows of the team's GPUs (a semi-join),
+        # and only then given their hosts: the per-GPU hash aggregate then holds one entry per
+        # cell (10,000) where grouping by host too sorted every row (50,000 minute rows of a
+        # 10,000-GPU day view's live 5-minute bucket, spilling to disk at the default work_mem):
+        # 35 instead of 48-50 ms.
+        outer = ", ".join(f"c.{a}" for a, _ in _CELL_SUMS)
+        return (f"SELECT c.gpu_id, g.host_id, c.k, {outer} FROM (SELECT r.gpu_id, {k} AS k, {sums}"
+                f" FROM {table} r WHERE {in_range} AND r.gpu_id IN (SELECT gpu_id FROM"
+                f" ({team_gpus}) AS t) GROUP BY 1, 2) AS c JOIN {Gpu._meta.db_table} g"
+                " ON g.id = c.gpu_id")
+    gpus = (f"({team_gpus}) AS t" if by_team
+            else "unnest(%(gpus)s::bigint[], %(hosts)s::bigint[]) AS t(gpu_id, host_id)")
+    return (f"SELECT r.gpu_id, t.host_id, {k} AS k, {sums} FROM {gpus} JOIN {table} r"
+            f" ON r.gpu_id = t.gpu_id WHERE {in_range}"
             + ("" if one_row_each else " GROUP BY 1, 2, 3"))
 
 
