@@ -85,15 +85,16 @@ class HttpTransport:
     """POSTs to one server over one kept connection (HTTP/1.1 keep-alive), reopened on error.
 
     A connection per POST cost the server a TCP accept, a socket and a request parser for every
-    batch: at the agent's batch size (80 samples) gunicorn (gthread) spent 1.24-1.35 ms of CPU
-    per POST from urllib's connection per POST against 1.16-1.25 over kept connections
-    (bench/ingest, three pairs on a shared machine). The connection is dropped after anything
-    but a clean 2xx/4xx answer read to its end (a network error, a timeout, an answer the
-    server marks ``Connection: close``, a 413 after which gunicorn closes it without saying
-    so), and the next call opens a new one. A POST that fails to get any answer on a connection
-    that had been idle is sent once more on a fresh one: the server may have closed it while it
-    idled (keep-alive timeout, a restart), and every POST the agent sends is idempotent (a batch
-    id, an inventory), so a resend can at worst be answered "duplicate". Nothing else changes:
+    batch: at the agent's batch size (80 samples) gunicorn (gthread, the web server then)
+    spent 1.24-1.35 ms of CPU per POST from urllib's connection per POST against 1.16-1.25
+    over kept connections (bench/ingest, three pairs on a shared machine). The connection is
+    dropped after anything but a clean 2xx/4xx answer read to its end (a network error, a
+    timeout, an answer the server marks ``Connection: close``, a 413, after which a server may
+    close it without saying so: gunicorn did), and the next call opens a new one. A POST that
+    fails to get any answer on a connection that had been idle is sent once more on a fresh one:
+    the server may have closed it while it idled (keep-alive timeout, a restart), and every POST
+    the agent sends is idempotent (a batch id, an inventory), so a resend can at worst be
+    answered "duplicate". Nothing else changes:
     the shipper still keeps every batch in its spool until an answer says it was delivered.
 
     One lock around each exchange: a connection carries one request at a time, and a flush at
@@ -179,8 +180,8 @@ class HttpTransport:
         except (OSError, http.client.HTTPException):  # the status came: it is the answer
             text = ""
         # Read to its end and not marked for closing: the connection can carry the next one.
-        # 413: gunicorn drains at most 64 KiB of the refused body, then closes the connection
-        # although its answer says keep-alive.
+        # 413: the server refused the body unread, and may close the connection although its
+        # answer says keep-alive (gunicorn drained at most 64 KiB of it, then closed).
         if not resp.isclosed() or resp.will_close or resp.status == 413:
             self._drop()
         return Response(resp.status, text, parse_retry_after(resp.getheader("Retry-After")))

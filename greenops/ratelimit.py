@@ -32,7 +32,8 @@ def enroll_limit() -> Limit:
 
 def client_ip(request: HttpRequest) -> str:
     # REMOTE_ADDR only: X-Forwarded-For is set by whoever sends the request. Behind a proxy, the
-    # proxy must pass the client address as REMOTE_ADDR (gunicorn --forwarded-allow-ips).
+    # web server takes the client address from X-Forwarded-For only when the proxy is trusted
+    # (WEB_FORWARDED_ALLOW_IPS, greenops/webserver.py).
     return request.META.get("REMOTE_ADDR", "") or "unknown"
 
 

@@ -259,7 +259,7 @@ class FakeServer:
     the real server does, and counted, so tests can assert exactly-once delivery.
 
     ``keep_alive``: answer in HTTP/1.1 and keep each connection for the next request, as
-    gunicorn's gthread worker does (``connections`` counts those accepted); ``stop`` then
+    the real web server (Granian) does (``connections`` counts those accepted); ``stop`` then
     closes the kept ones too, as a server that goes away does. Otherwise HTTP/1.0, a
     connection per request.
     """

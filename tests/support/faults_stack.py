@@ -1,5 +1,5 @@
-"""A whole GreenOps of its own for the fault tests: PostgreSQL, Redis, gunicorn, a Celery worker
-and agents, each a real process on a free port, so that any of them can be stopped, killed or
+"""A whole GreenOps of its own for the fault tests: PostgreSQL, Redis, the web (Granian), a Celery
+worker and agents, each a real process on a free port, so that any of them can be stopped, killed or
 restarted without touching the shared services (127.0.0.1:5432 and :6379 stay up).
 
 PostgreSQL is a fresh cluster (initdb into a temporary directory, as the postgres user when the
@@ -136,7 +136,7 @@ class Redis:
 
 
 class Service:
-    """A Python process of GreenOps (gunicorn or a Celery worker) in a session of its own."""
+    """A Python process of GreenOps (the web or a Celery worker) in a session of its own."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.name, self.argv, self.env, self.log = name, argv, env, log
@@ -161,7 +161,7 @@ class Service:
             wait_for(f"{self.name}'s processes to go", lambda: not _group_alive(self.proc.pid), 10)
 
     def pids(self) -> list[int]:
-        """The processes of the group (gunicorn's workers, the worker's pool)."""
+        """The processes of the group (the web's workers, the worker's pool)."""
         out = subprocess.run(["pgrep", "-g", str(self.proc.pid)], capture_output=True,
                              text=True, timeout=5).stdout
         return [int(p) for p in out.split()]
@@ -179,7 +179,7 @@ def _group_alive(pgid: int) -> bool:
 
 
 class Stack:
-    """PostgreSQL + Redis + gunicorn + a Celery worker; agents are started per test."""
+    """PostgreSQL + Redis + the web + a Celery worker; agents are started per test."""
 
     def __init__(self, root: Path, bin_dir: Path) -> None:
         self.root = root
@@ -196,14 +196,12 @@ class Stack:
             CELERY_TASK_ALWAYS_EAGER="false", SECRET_KEY="fault-tests", LOG_LEVEL="WARNING",
             GREENOPS_DATA_DIR=str(root), GREENOPS_METADATA_URL="off", DB_CONN_MAX_AGE="60",
         )
-        # gthread with keep-alive, as docker-compose.yml and the Dockerfile run it: the agent
-        # keeps its connection between batches, so a stopped or restarted web process meets
-        # kept connections here as it does in production.
-        self.web = Service("gunicorn", [
-            sys.executable, "-m", "gunicorn", "greenops.wsgi", "-b", f"127.0.0.1:{self.web_port}",
-            "-w", "1", "--worker-class", "gthread", "--threads", "4", "--keep-alive", "75",
-            "--timeout", "30", "--graceful-timeout", "2",
-        ], self.env, root / "web.log")
+        # greenops.webserver (Granian, keep-alive), as docker-compose.yml and the image run it:
+        # the agent keeps its connection between batches, so a stopped or restarted web process
+        # meets kept connections here as it does in production.
+        self.web = Service("web", [sys.executable, "-m", "greenops.webserver"], dict(
+            self.env, WEB_BIND=f"127.0.0.1:{self.web_port}", WEB_CONCURRENCY="1",
+            WEB_THREADS="4", WEB_LOG_LEVEL="warning"), root / "web.log")
         self.worker = Service("celery worker", [
             sys.executable, "-m", "celery", "-A", "greenops", "worker", "-c", "2",
             "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING",
@@ -215,7 +213,7 @@ class Stack:
 
     def start_web(self) -> None:
         self.web.start()
-        wait_for("gunicorn to answer /healthz", self._healthy, 60, step=0.2)
+        wait_for("the web to answer /healthz", self._healthy, 60, step=0.2)
 
     def ensure_up(self) -> None:
         if self.pg_down():

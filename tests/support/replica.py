@@ -1,4 +1,4 @@
-"""A streaming replica of the suite's PostgreSQL for tests/system/test_replica.py, and a gunicorn
+"""A streaming replica of the suite's PostgreSQL for tests/system/test_replica.py, and a web server
 that reads from it.
 
 The replica is made as an operator would: pg_basebackup -R -X stream of the running cluster
@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -24,6 +23,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 
+from greenops import webserver
 from tests.support.agent_fakes import free_port
 from tests.support.faults_stack import Service, pg_bin, wait_for
 
@@ -286,53 +286,24 @@ class Replica:
                     primary.execute("SELECT pg_drop_replication_slot(%s)", [name])
 
 
-_WEB = """
-import sys
-from greenops.celery import app
-from tests.support.celery_worker import routes_for
-# The test's own worker consumes "<queue>.<group>" queues: route there, as the worker does.
-app.conf.task_default_queue = sys.argv[1]
-app.conf.task_routes = routes_for(sys.argv[1])[0]
-from gunicorn.app.wsgiapp import run
-sys.argv = ["gunicorn", *sys.argv[2:]]
-run()
-"""
-
-
 def web(root: Path, env: dict[str, str], queue: str) -> tuple[Service, str]:
-    """gunicorn on a free loopback port whose tasks go to the test worker's `queue`; started,
-    answering /healthz. Returns (service, base URL)."""
+    """The web (greenops.webserver's Granian, one worker of four threads) on a free loopback
+    port, serving tests.support.replica_web, whose tasks go to the test worker's `queue`;
+    started, answering /healthz. Returns (service, base URL)."""
     port = free_port()
-    service = Service(
-        "gunicorn",
-        [
-            sys.executable,
-            "-c",
-            _WEB,
-            queue,
-            "greenops.wsgi",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            "1",
-            "--threads",
-            "4",
-            "--timeout",
-            "30",
-            "--graceful-timeout",
-            "2",
-        ],
-        env,
-        root / "web.log",
-    )
+    args = webserver.argv(bind=f"127.0.0.1:{port}", workers=1, threads=4, access_log=False,
+                          env={"WEB_LOG_LEVEL": "warning"},
+                          app="tests.support.replica_web:application")
+    service = Service("web", [webserver.program(), *args],
+                      dict(env, GREENOPS_TEST_TASK_QUEUE=queue), root / "web.log")
     service.start()
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
         if service.proc.poll() is not None:
-            raise AssertionError("gunicorn exited:\n" + service.output()[-3000:])
+            raise AssertionError("the web exited:\n" + service.output()[-3000:])
         with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
             return resp.status == 200
 
-    wait_for("gunicorn to answer /healthz", healthy, 60, step=0.2)
+    wait_for("the web to answer /healthz", healthy, 60, step=0.2)
     return service, url

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from django.conf import settings
 
+from greenops import webserver
 from greenops.celery import app as celery_app
 from tests.support import ROOT
 
@@ -104,13 +105,22 @@ def test_one_beat_and_several_web_processes():
     assert len(beats) == 1, f"beat services: {beats} (two beats send every task twice)"
     assert svcs[beats[0]].get("deploy", {}).get("replicas", 1) == 1
     web = svcs["web"]
-    assert "gunicorn" in argv(web)
-    # gunicorn reads WEB_CONCURRENCY for its worker count; the command must not override it.
-    assert option(argv(web), "--workers", "-w") is None
+    assert web_module(argv(web)) == "greenops.webserver"
+    # greenops.webserver reads WEB_CONCURRENCY for its worker count.
     env = {**svcs["worker-ingest"].get("environment", {}), **web.get("environment", {})}
     assert env["WEB_CONCURRENCY"].startswith("${WEB_CONCURRENCY:-")
     default = int(env["WEB_CONCURRENCY"].split(":-")[1].rstrip("}"))
     assert default >= 2
+    assert webserver.argv(env={"WEB_CONCURRENCY": str(default)})[
+        webserver.argv(env={}).index("--workers") + 1] == str(default)
+
+
+def web_module(words: list[str]) -> str | None:
+    """The module a `python -m MODULE` command runs (exec'd or not), else None."""
+    for i, w in enumerate(words[:-2]):
+        if w in ("python", "python3") and words[i + 1] == "-m":
+            return words[i + 2]
+    return None
 
 
 def dockerfile_cmd() -> list[str]:
@@ -121,17 +131,17 @@ def dockerfile_cmd() -> list[str]:
 
 
 def test_web_keeps_connections_open():
-    """gunicorn's default sync worker closes the connection after every response: each POST of
-    a batch then pays a TCP connection and a new request parser (a third of the web's CPU per
-    batch at 80 samples, bench/ingest). Both ways the image starts gunicorn use gthread with a
-    keep-alive longer than a proxy's usual 60 s idle timeout, so gunicorn never closes a
-    connection just as the proxy reuses it."""
+    """Both ways the image starts the web go through greenops.webserver, whose Granian keeps an
+    agent's or proxy's connection open between requests (a new connection per POST was a third
+    of the web's CPU per batch at 80 samples, bench/ingest) for the longest idle time Granian
+    allows, and runs more than one request per process at a time."""
     for words in (argv(services()["web"]), dockerfile_cmd()):
-        assert words[0] == "gunicorn" or "gunicorn" in words, words
-        assert option(words, "--worker-class", "-k") == "gthread", words
-        assert int(option(words, "--threads") or 1) >= 2, words
-        assert int(option(words, "--keep-alive")) > 60, words
-        assert option(words, "--workers", "-w") is None  # WEB_CONCURRENCY decides
+        assert web_module(words) == "greenops.webserver", words
+    words = webserver.argv(env={})
+    assert "--no-http1-keep-alive" not in words
+    assert int(option(words, "--http1-header-read-timeout")) == 60_000
+    assert int(option(words, "--blocking-threads")) >= 2
+    assert option(words, "--interface") == "wsgi"
 
 
 @pytest.mark.parametrize("name", list(services()))
@@ -141,13 +151,16 @@ def test_each_command_exists(name):
         return  # postgres, redis: their images' own entrypoints
     words = argv(svc)
     bin_dir = Path(sys.executable).parent
-    for program in {words[0]} | ({"gunicorn"} if "gunicorn" in words else set()):
+    for program in {words[0]} | ({"granian"} if web_module(words) == "greenops.webserver"
+                                 else set()):
         assert (bin_dir / program).exists() or shutil.which(program), program
     if words[0] == "celery":
         assert option(words, "-A", "--app") == "greenops"
         assert importlib.import_module("greenops.celery").app is celery_app
-    if "gunicorn" in words:
-        module = words[words.index("gunicorn") + 1].split(":")[0]
-        assert hasattr(importlib.import_module(module), "application")
+    if web_module(words):
+        importlib.import_module(web_module(words))
+    if web_module(words) == "greenops.webserver":
+        module, _, name = webserver.APP.partition(":")
+        assert hasattr(importlib.import_module(module), name)
     if "manage.py" in words:
         assert (ROOT / "manage.py").exists()

@@ -1,6 +1,6 @@
-"""Faults during ingest, for real (issue 13): an agent over three fake-NVML GPUs ships to gunicorn,
-a Celery worker stores into PostgreSQL over Redis -- all of them this module's own processes
-(tests/faults_stack.py) -- while one of them is stopped, killed or restarted.
+"""Faults during ingest, for real (issue 13): an agent over three fake-NVML GPUs ships to the web
+(Granian), a Celery worker stores into PostgreSQL over Redis -- all of them this module's own
+processes (tests/faults_stack.py) -- while one of them is stopped, killed or restarted.
 
 Afterwards, every time: each GPU has exactly as many stored samples as the fake NVML answered
 readings (its read log, written as each reading is made, is the truth; a duplicate (gpu, ts)
@@ -83,7 +83,7 @@ def _hosts_in_a_copy_of_the_test_database(s: Stack, django_db_blocker) -> dict:
 
     with django_db_blocker.unblock():
         team = Team.objects.create(name="Fault tests")
-        # For the user's walk: gunicorn runs with the default hashers, not the tests' fast one.
+        # For the user's walk: the web runs with the default hashers, not the tests' fast one.
         user = User.objects.create(username="walker", password=make_password(
             WALK_PASSWORD, hasher="pbkdf2_sha256"))
         try:
@@ -168,9 +168,13 @@ def test_server_down_while_the_agent_samples(stack, tmp_path):
 
 def test_agent_sigkill_mid_send_loses_at_most_one_interval_and_bridges_the_gap(stack, tmp_path):
     host_id, agent = run_agent(stack, tmp_path, "agent-kill")
-    # Hold gunicorn's worker so that the agent's next POST is sent but never answered, then
-    # kill the agent with the request in flight: the server stores the batch, the agent never
-    # hears so, and the restarted agent sends it again (same batch id).
+    # Hold the web's worker so that the agent's next POST is sent but not answered, freeze the
+    # agent with the request in flight (its connection stays open), let the server answer into
+    # the frozen agent's socket, then kill the agent: the server stored the batch, the agent
+    # never heard so, and the restarted agent sends it again (same batch id). The agent is
+    # frozen rather than killed while its request waits: a connection whose client has gone is
+    # dropped by the web server before its request runs, which is the other, simpler outcome
+    # (the batch is only in the agent's spool).
     web_pids = [p for p in stack.web.pids() if p != stack.web.proc.pid]
     for pid in web_pids:
         os_kill(pid, signal.SIGSTOP)
@@ -178,11 +182,17 @@ def test_agent_sigkill_mid_send_loses_at_most_one_interval_and_bridges_the_gap(s
         wait_for("a POST in flight to the held server",
                  lambda: request_in_flight(stack.web_port), 10)
         time.sleep(0.3)  # the request is written; a few more ticks are journaled meanwhile
-        agent.kill()
-        killed_at = time.time()
+        os_kill(agent.proc.pid, signal.SIGSTOP)
     finally:
         for pid in web_pids:
             os_kill(pid, signal.SIGCONT)
+
+    # The server reads the request; the frozen agent does not read the answer.
+    wait_for("the server to read the frozen agent's request",
+             lambda: not request_in_flight(stack.web_port), 10)
+    time.sleep(0.3)  # the batch is stored and the answer written to the agent's socket
+    agent.kill()
+    killed_at = time.time()
     from collectors.spool import Spool
 
     with Spool(agent.root / "spool.db") as spool:
@@ -194,7 +204,7 @@ def test_agent_sigkill_mid_send_loses_at_most_one_interval_and_bridges_the_gap(s
                                 [in_flight]).fetchone()[0] == 1
 
     # The server took the batch whose answer the agent never heard; the agent still has it.
-    wait_for("the server to accept the batch the killed agent was sending", server_has_it, 10)
+    wait_for("the server to have the batch the killed agent was sending", server_has_it, 10)
     time.sleep(max(0.0, 1.0 - (time.time() - killed_at)))  # a gap of >= 1 s to cover
     agent.start()
     finish(stack, host_id, agent)
@@ -287,7 +297,7 @@ def os_kill(pid: int, sig: int) -> None:
 
 def walk(s: Stack, name: str) -> dict[str, list[tuple[int, str | None]]]:
     """What a person and an agent meet: log in, open the team page, read the API, enroll a host
-    and POST a batch (several times: gunicorn's four threads each hold their own database
+    and POST a batch (several times: the web's four threads each hold their own database
     connection). Step -> [(status, Retry-After)]."""
     import gzip
 
@@ -362,7 +372,7 @@ def test_walk_with_redis_stopped(stack):
 def test_walk_after_postgres_restarted(stack):
     stack.ensure_up()
     walk_host = stack.hosts["walk-postgres-restarted"][1]
-    # Every gunicorn thread holds a connection (and the token is cached) before the restart.
+    # Every web thread holds a connection (and the token is cached) before the restart.
     import requests
 
     from tests.support.factories import make_batch

@@ -1,7 +1,7 @@
 """Pages and API reads from a real PostgreSQL streaming replica (issue 35 item 3).
 
 The module makes a replica of the suite's cluster with pg_basebackup (tests/support/replica.py),
-starts a gunicorn with DATABASE_REPLICA_URL pointing at the test database on it and a real
+starts the web (Granian) with DATABASE_REPLICA_URL pointing at the test database on it and a real
 Celery worker with the same settings, and proves each routing rule with rows: what the page
 shows against what each cluster holds, with the replica's replay paused to make it stale on
 demand. The "as of" threshold is 5 s here (GREENOPS_REPLICA_LAG_LABEL_S) instead of 60 s, so no
@@ -62,7 +62,7 @@ def stack(django_db_setup, django_db_blocker):
     try:
         replica.create()
         with pytest.MonkeyPatch.context() as mp:
-            # The worker (started by celery_worker from this environment) and gunicorn both
+            # The worker (started by celery_worker from this environment) and the web both
             # route reads; a lag measure is reused 0.2 s instead of 5 s.
             mp.setenv("DATABASE_REPLICA_URL", replica.url(s["NAME"]))
             mp.setenv("GREENOPS_REPLICA_PROBE_S", "0.2")
@@ -261,7 +261,7 @@ def test_ingest_and_the_worker_write_on_the_primary(stack, site):
 
 def test_pages_answer_from_the_primary_while_the_replica_is_down(stack, site):
     team, member = site["team"], site["member"]
-    assert "gpu-a" in hosts_page(stack, member, team)  # gunicorn holds a replica connection
+    assert "gpu-a" in hosts_page(stack, member, team)  # the web holds a replica connection
     stack.replica.pause_replay()
     make_host(team, name="gpu-c")  # on the primary only
     stack.replica.stop()

@@ -1,0 +1,12 @@
+"""The WSGI application tests/system/test_replica.py serves (through greenops.webserver's
+Granian): greenops.wsgi's, with its Celery tasks routed to the test's own worker, whose queue
+the test names in GREENOPS_TEST_TASK_QUEUE (the worker consumes "<queue>.<group>" queues)."""
+
+import os
+
+from greenops.celery import app
+from greenops.wsgi import application  # noqa: F401 (what the server serves)
+from tests.support.celery_worker import routes_for
+
+app.conf.task_default_queue = os.environ["GREENOPS_TEST_TASK_QUEUE"]
+app.conf.task_routes = routes_for(os.environ["GREENOPS_TEST_TASK_QUEUE"])[0]
