@@ -2,10 +2,10 @@
 # docker-compose.yml).
 FROM python:3.11-slim
 
-# WEB_CONCURRENCY: the web's worker processes, WEB_THREADS the threads of each, WEB_BIND where it
-# listens (greenops/webserver.py reads them; compose passes WEB_CONCURRENCY through).
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 WEB_CONCURRENCY=4 \
-    WEB_THREADS=2 WEB_BIND=0.0.0.0:8000
+# WEB_CONCURRENCY: the web's worker processes (unset: one per CPU), WEB_THREADS the threads of
+# each (4), WEB_BIND where it listens (greenops/webserver.py reads them; compose passes
+# WEB_CONCURRENCY through).
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 WEB_BIND=0.0.0.0:8000
 WORKDIR /app
 
 COPY pyproject.toml README.md ./

@@ -99,20 +99,22 @@ def test_a_worker_without_queues_consumes_every_group():
     assert {q.name for q in celery_app.conf.task_queues} == routed
 
 
-def test_one_beat_and_several_web_processes():
+def test_one_beat_and_a_web_worker_per_cpu():
     svcs = services()
     beats = [n for n, s in svcs.items() if celery_role(argv(s)) == "beat"]
     assert len(beats) == 1, f"beat services: {beats} (two beats send every task twice)"
     assert svcs[beats[0]].get("deploy", {}).get("replicas", 1) == 1
     web = svcs["web"]
     assert web_module(argv(web)) == "greenops.webserver"
-    # greenops.webserver reads WEB_CONCURRENCY for its worker count.
+    # greenops.webserver reads WEB_CONCURRENCY for its worker count: compose passes the
+    # operator's value through, and empty means one worker per CPU.
     env = {**svcs["worker-ingest"].get("environment", {}), **web.get("environment", {})}
-    assert env["WEB_CONCURRENCY"].startswith("${WEB_CONCURRENCY:-")
-    default = int(env["WEB_CONCURRENCY"].split(":-")[1].rstrip("}"))
-    assert default >= 2
-    assert webserver.argv(env={"WEB_CONCURRENCY": str(default)})[
-        webserver.argv(env={}).index("--workers") + 1] == str(default)
+    assert env["WEB_CONCURRENCY"] == "${WEB_CONCURRENCY:-}"
+    words = webserver.argv(env={"WEB_CONCURRENCY": ""})
+    assert words[words.index("--workers") + 1] == str(webserver.cpus())
+    words = webserver.argv(env={"WEB_CONCURRENCY": "6"})
+    assert words[words.index("--workers") + 1] == "6"
+    assert int(words[words.index("--blocking-threads") + 1]) >= 2  # requests overlap per process
 
 
 def web_module(words: list[str]) -> str | None:
