@@ -77,7 +77,7 @@ class Services:
         return [pid for n, proc in self.procs if n == name for pid in group_pids(proc.pid)]
 
     def main_pid(self, name: str) -> int:
-        """The pid of the process started as `name` (gunicorn's or Celery's master)."""
+        """The pid of the process started as `name` (the web server's or Celery's master)."""
         return next(proc.pid for n, proc in self.procs if n == name)
 
     def check_alive(self) -> None:
@@ -87,7 +87,7 @@ class Services:
                 raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log}")
 
     def stop(self) -> None:
-        # SIGTERM the whole group (gunicorn and Celery fork workers), then SIGKILL stragglers.
+        # SIGTERM the whole group (the web server and Celery fork workers), then SIGKILL stragglers.
         for _, proc in self.procs:
             if proc.poll() is None:
                 _signal_group(proc, signal.SIGTERM)
@@ -172,7 +172,7 @@ def cpu_s(pids) -> float:
 
 
 def group_pids(pgid: int) -> list[int]:
-    """Every live process in a process group (gunicorn's or Celery's master and its workers)."""
+    """Every live process in a process group (the web server's or Celery's master, its workers)."""
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():

@@ -5,9 +5,9 @@ tests' stack and bench/ingest start the web. One definition, so they cannot drif
 
 Why Granian and not gunicorn: at the agent's batch (80 samples per POST, one every 10 s per
 host) the web's CPU per request is mostly fixed cost, and gunicorn's (gthread) was parsing HTTP
-and handing each request between its poller and thread pool in Python: the web spent 1.05-1.24
-ms of CPU per POST behind gunicorn against 0.64-0.72 ms behind Granian, whose HTTP handling is
-Rust (bench/ingest, A/B in one session, docs/capacity.md). The Django application is the same
+and handing each request between its poller and thread pool in Python: the web spent 0.86-1.12
+ms of CPU per POST behind gunicorn against 0.65-0.71 ms behind Granian, whose HTTP handling is
+Rust (bench/ingest, four alternating pairs, docs/capacity.md). The Django application is the same
 WSGI callable.
 
 Settings (environment):
