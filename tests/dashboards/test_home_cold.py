@@ -6,7 +6,6 @@ way it queues dashboards.tasks.refresh_team_home once, which fills them for the 
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
 from unittest import mock
 
@@ -14,6 +13,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
+from tests.support.cards import card, figures_state
 from tests.support.celery_worker import celery_worker
 from tests.support.factories import make_host
 from tests.support.polling import wait_for
@@ -76,15 +76,11 @@ def priced_team(team, usd_per_hour: float, end: dt.datetime, hours: int = 5):
 
 
 def cost_card(html: str) -> str:
-    m = re.search(r'data-kpi="cost_usd">([^<]*)<', html)
-    assert m, "no cost card"
-    return m.group(1).strip()
+    return card(html, "cost_usd")
 
 
 def state(html: str) -> str:
-    m = re.search(r'data-costs-state="(\w+)"', html)
-    assert m, "no cost figures label"
-    return m.group(1)
+    return figures_state(html, "costs")
 
 
 def test_cold_cache_says_being_computed_and_the_refresh_fills_it(client, users, team):

@@ -13,7 +13,6 @@ rewritten to 7.2 MJ (2 kWh) makes it 23 + 2 = 25.00 kWh.
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
 from unittest import mock
 
@@ -21,6 +20,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
+from tests.support.cards import card, figures_state
 from tests.support.celery_worker import celery_worker
 from tests.support.factories import make_host
 from tests.support.polling import wait_for
@@ -68,14 +68,11 @@ def slow_kpis():
 
 
 def energy_card(html: str) -> str:
-    m = re.search(r'data-kpi="energy_kwh">([^<]*)<', html)
-    assert m, "no IT energy card"
-    return m.group(1).strip()
+    return card(html, "energy_kwh")
 
 
 def kpis_state(html: str) -> str:
-    m = re.search(r'data-kpis-state="(\w+)"', html)
-    return m.group(1) if m else "current"
+    return figures_state(html, "kpis", absent="current")
 
 
 def test_cold_cache_says_being_computed_then_the_refresh_fills_it(client, users, team,

@@ -6,12 +6,12 @@ test_home_cold.py): the same figures as computing them,
 from __future__ import annotations
 
 import datetime as dt
-import re
 from unittest import mock
 
 import pytest
 from django.core.cache import cache
 
+from tests.support.cards import card
 from tests.support.factories import make_host
 
 NOW = dt.datetime(2026, 11, 30, 12, 30, tzinfo=dt.UTC)
@@ -49,9 +49,7 @@ def priced_team(team, name: str, usd_per_hour: float, hours: int = 5):
 
 
 def cost_card(html: str) -> str:
-    m = re.search(r'data-kpi="cost_usd">([^<]*)<', html)
-    assert m, "no cost card"
-    return m.group(1).strip()
+    return card(html, "cost_usd")
 
 
 def test_snapshot_serves_the_page_and_says_as_of(client, users, team):
