@@ -329,13 +329,20 @@ def lookback_from_request(request: HttpRequest, default: int = 30) -> int:
 MAX_CUSTOM_SPAN = dt.timedelta(days=400)
 
 
-def parse_time(value: str, field: str, tz: dt.tzinfo = dt.UTC) -> dt.datetime:
-    """An ISO 8601 date or time; one without an offset is read in `tz`."""
+def parse_time(value: str, field: str, tz: dt.tzinfo | None = dt.UTC) -> dt.datetime:
+    """An ISO 8601 date or time, in UTC; one without an offset is read in `tz`, or refused
+    when `tz` is None. In UTC because PostgreSQL refuses an offset beyond 15:59, which ISO 8601
+    and Python allow."""
     try:
         t = dt.datetime.fromisoformat(value)
     except (TypeError, ValueError):
         raise invalid(field, "must be an ISO 8601 date or time, e.g. 2026-11-01T00:00Z") from None
-    return (t if t.tzinfo else t.replace(tzinfo=tz)).astimezone(dt.UTC)
+    if t.tzinfo is None and tz is None:
+        raise invalid(field, "give a time zone, e.g. 2026-12-01T08:00Z")
+    try:
+        return (t if t.tzinfo else t.replace(tzinfo=tz)).astimezone(dt.UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is before year 1 once in UTC
+        raise invalid(field, "must be a time between years 1 and 9999 in UTC") from None
 
 
 def custom(start: str, end: str, tz: dt.tzinfo = dt.UTC) -> Window:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router
 from ninja.responses import Status
 from ninja.security import django_auth
 
+from greenops import windows
 from greenops.alerts import evaluate, kpi_values, rules
 from greenops.alerts.models import Channel, NoDataPolicy, Rule, RuleKind
 from greenops.errors import invalid
@@ -168,13 +167,7 @@ def silence_rule(request: HttpRequest, slug: str, rule_id: int):
         raise invalid("until", "is required: an ISO 8601 time, or null to lift the silence")
     until = doc["until"]
     if until is not None:
-        try:
-            until = dt.datetime.fromisoformat(str(until))
-        except ValueError:
-            raise invalid("until", "must be an ISO 8601 time, e.g. 2026-12-01T08:00Z") \
-                from None
-        if until.tzinfo is None:
-            raise invalid("until", "give a time zone, e.g. 2026-12-01T08:00Z")
+        until = windows.parse_time(until, "until", tz=None)
     rule.silenced_until = until
     rule.save(update_fields=["silenced_until"])
     evaluate.reassess(rule.id)

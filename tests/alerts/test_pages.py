@@ -91,6 +91,26 @@ def test_api_create_read_update_and_field_errors(member, team):
     assert Rule.objects.count() == 1
 
 
+def test_api_silence_stores_any_offset_in_utc_and_names_until_when_it_cannot(member, team):
+    """Found by schemathesis once it reached a real rule: PostgreSQL refuses an offset beyond
+    15:59 (-17:16 reached it as a DataError), and year 1 at +01:00 is before year 1 in UTC."""
+    rule = Rule.objects.create(team=team, name="Spend", kind="budget", kpi="cost_usd",
+                               window="month", fire_level=500)
+    url = f"/api/v1/teams/vision/alerts/{rule.id}/silence"
+    r = member.post(url, json.dumps({"until": "2031-03-01T00:12:39-17:16"}),
+                    content_type="application/json")
+    assert r.status_code == 200, r.content
+    rule.refresh_from_db()
+    assert rule.silenced_until == dt.datetime(2031, 3, 1, 17, 28, 39, tzinfo=dt.UTC)
+    for until, words in [("0001-01-01T00:00+01:00", "between years 1 and 9999"),
+                         ("2031-03-01T08:00", "give a time zone"), (5, "ISO 8601")]:
+        r = member.post(url, json.dumps({"until": until}), content_type="application/json")
+        assert r.status_code == 422 and r.json()["field"] == "until", (until, r.content)
+        assert words in r.json()["message"]
+    rule.refresh_from_db()
+    assert rule.silenced_until == dt.datetime(2031, 3, 1, 17, 28, 39, tzinfo=dt.UTC)
+
+
 def test_openapi_lists_the_alert_endpoints(client):
     paths = client.get("/api/v1/openapi.json").json()["paths"]
     assert set(paths["/api/v1/teams/{slug}/alerts"]) == {"get", "post"}

@@ -25,6 +25,8 @@ from schemathesis.checks import (
 )
 from schemathesis.generation import GenerationMode
 
+from greenops.alerts import rules
+from greenops.alerts.models import Rule
 from greenops.api.v1 import api
 from greenops.teams.models import ApiToken
 from greenops.workloads.models import Workload
@@ -235,6 +237,16 @@ UNSTATABLE = {
         (r"^(kpi|clear_level)$", "per-inference KPIs only for a workload or the team; "
                                  "clear_level on the far side of fire_level (cross-field)"),
     ],
+    "PUT /api/v1/teams/{slug}/alerts/{rule_id}": [
+        (r"^(host|gpu|workload|channels)$", "a host, GPU, workload or channel of the team "
+                                            "(state)"),
+        (r"^(kpi|clear_level)$", "per-inference KPIs only for a workload or the team; "
+                                 "clear_level on the far side of fire_level (cross-field)"),
+    ],
+    "POST /api/v1/teams/{slug}/alerts/{rule_id}/silence": [
+        (r"^until$", "a time PostgreSQL can hold once turned into UTC (0001-01-01T00:00+01:00 "
+                     "is before year 1)"),
+    ],
     "GET /api/v1/teams/{slug}/kpis": [
         (r"^(start|end)$", "an ISO 8601 date or time, start and end together, end after start, "
                            "at most the longest window apart (cross-field)"),
@@ -331,6 +343,16 @@ def test_schemathesis_finds_no_5xx_and_no_answer_outside_the_schema(team, users,
     host, host_token = make_host(team)
     team_token = ApiToken.issue(team, "fuzz")[1]
     Workload.objects.create(team=team, name="Ranker", kind="inference")
+
+    def a_rule() -> int:
+        """A rule of the team (made again after a fuzzed DELETE), so every operation on
+        {rule_id} reaches its handler: a random id stops at the 404, and whether a random id
+        met a rule used to hang on the sequence, so the PUT's refusals showed in some runs."""
+        existing = Rule.objects.filter(team=team).values_list("id", flat=True).first()
+        return existing or rules.save(team, {
+            "name": "Fuzzed", "kind": "threshold", "kpi": "gpu_util_pct", "window": "1h",
+            "direction": "below", "fire_level": 5, "for_minutes": 0}).id
+
     from django.test import Client
 
     c = Client()
@@ -361,6 +383,8 @@ def test_schemathesis_finds_no_5xx_and_no_answer_outside_the_schema(team, users,
             def run(case):
                 if "slug" in (case.path_parameters or {}):
                     case.path_parameters["slug"] = team.slug  # past the 404, into the handler
+                if "rule_id" in (case.path_parameters or {}):
+                    case.path_parameters["rule_id"] = a_rule()
                 for headers, cookies in identities.values():
                     response = case.call(headers=headers, cookies=cookies)
                     count(tally, response.status_code)
