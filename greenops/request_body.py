@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from typing import Annotated
 
 import orjson
 from django.conf import settings
 from django.http import HttpRequest
+from pydantic import WithJsonSchema
 
 from greenops import body_limits
 from greenops.errors import FieldError, invalid
@@ -52,6 +54,13 @@ def declared_body(schema: dict, *, required: bool = True) -> dict:
 
 # JSON Schema patterns the OpenAPI schemas share (ECMA and Python regex alike).
 NO_NUL = "^[^\\u0000]*$"  # PostgreSQL text cannot hold NUL, so no text field accepts one
+
+
+def one_of(values) -> object:
+    """The type of a query parameter that takes one of `values` (a range's name): the schema
+    lists them, so a client or fuzzer knows the rest are refused (the API still checks it,
+    naming the parameter)."""
+    return Annotated[str, WithJsonSchema({"type": "string", "enum": list(values)})]
 
 
 def text(max_len: int, *, required: bool = False, nullable: bool = False, **extra) -> dict:

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router
 from ninja.responses import Status
-from pydantic import WithJsonSchema
 
 from greenops import windows
 from greenops.advisor import diagnose, fleet
+from greenops.request_body import one_of
 from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.workloads.models import Workload
 
 router = Router(tags=["advisor"])
 # Checked by windows.parse_range (a 422 naming range); declared here.
-AdvisorRange = Annotated[str, WithJsonSchema({"type": "string", "enum": list(diagnose.RANGES)})]
+AdvisorRange = one_of(diagnose.RANGES)
 
 
 @router.get("/teams/{slug}/workloads/{workload}/fleet-advice", auth=team_auth,

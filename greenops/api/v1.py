@@ -3,19 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from django.conf import settings
 from django.http import HttpRequest
 from ninja import Schema
 from ninja.responses import Status
 from ninja.security import django_auth
-from pydantic import WithJsonSchema
 
 from greenops import windows
 from greenops.api.error_answers import api
 from greenops.api.fastpath import answer_samples
-from greenops.request_body import json_body, text
+from greenops.request_body import json_body, one_of, text
 from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.telemetry import host_samples, ingest, wire
 from greenops.telemetry.host_auth import host_token, host_token_for_samples
@@ -23,7 +20,7 @@ from greenops.telemetry.models import DeviceKind, Host
 from greenops.telemetry.queries import RANGES, team_usage
 
 # windows.parse_range checks it (a 422 naming range); the schema lists the same keys.
-UsageRange = Annotated[str, WithJsonSchema({"type": "string", "enum": list(RANGES)})]
+UsageRange = one_of(RANGES)
 
 
 class Accepted(Schema):

@@ -89,7 +89,10 @@ def get_baseline(request: HttpRequest, workload: str, branch: str, hardware_key:
 
 @router.post("/teams/{slug}/benchmarks/runs/{run}/acknowledge", auth=django_auth,
              response={201: dict}, summary="Acknowledge a run's regression with a reason "
-             "(member or above)")
+             "(member or above)", openapi_extra=declared_body({
+                 "type": "object", "required": ["kpi", "reason"], "properties": {
+                     "kpi": {"type": "string", "description": "a KPI the run failed on"},
+                     "reason": text(2000, required=True)}}))
 def acknowledge(request: HttpRequest, slug: str, run: int):
     team, _role = authorize_api(request.user, slug, "benchmarks.acknowledge")
     found = get_object_or_404(BenchmarkRun, team=team, id=run)

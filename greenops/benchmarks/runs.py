@@ -235,8 +235,8 @@ def acknowledge(run: BenchmarkRun, kpi: str, reason: str, user) -> Acknowledgeme
                       "acknowledged")
     if not reason:
         raise invalid("reason", "say why the regression is accepted")
-    if len(reason) > 2000:
-        raise invalid("reason", "at most 2000 characters")
+    if len(reason) > 2000 or "\x00" in reason:
+        raise invalid("reason", "at most 2000 characters, without NUL")
     ack, created = Acknowledgement.objects.get_or_create(
         run=run, kpi=kpi, defaults={"reason": reason, "user": user})
     if not created:

@@ -12,14 +12,14 @@ from pydantic import WithJsonSchema
 
 from greenops import windows
 from greenops.kpis import exposition, inference, queries
-from greenops.request_body import NO_NUL, json_body
+from greenops.request_body import NO_NUL, json_body, one_of
 from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.telemetry.host_auth import team_or_host_token_auth
 from greenops.workloads.models import Workload
 
 router = Router(tags=["kpis"])
 # Checked by windows.parse_range and parse_month (422s naming the parameter); declared here.
-KpiRange = Annotated[str, WithJsonSchema({"type": "string", "enum": list(queries.RANGES)})]
+KpiRange = one_of(queries.RANGES)
 # windows.parse_month: YYYY-MM, years 0001 to 9998 (or empty: no month).
 MONTH = (r"^((000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|"
          r"999[0-8])-(0[1-9]|1[0-2]))?$")

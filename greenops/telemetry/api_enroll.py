@@ -15,7 +15,7 @@ from ninja.security import django_auth
 
 from greenops import ratelimit, windows
 from greenops.errors import FieldError
-from greenops.request_body import declared_body, json_body
+from greenops.request_body import declared_body, json_body, one_of
 from greenops.teams.api_tokens import authorize_caller, team_auth
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry import enrollment
@@ -24,6 +24,8 @@ from greenops.telemetry.host_status import host_status, host_statuses
 from greenops.telemetry.models import Host
 from greenops.telemetry.power import power_intervals
 from greenops.telemetry.queries import RANGES
+
+PowerRange = one_of(RANGES)
 
 router = Router(tags=["hosts"])
 
@@ -106,7 +108,8 @@ def list_hosts(request: HttpRequest, slug: str):
 @router.get("/teams/{slug}/hosts/{host_id}/power", auth=team_auth,
             response={200: dict, 403: ErrorOut, 404: ErrorOut},
             summary="A host's average power per interval, per GPU and for the host")
-def get_host_power(request: HttpRequest, slug: str, host_id: int, range: str = "day"):
+def get_host_power(request: HttpRequest, slug: str, host_id: int,
+                   range: PowerRange = "day"):  # noqa: A002 - the API's name
     team = authorize_caller(request, slug, "hosts.view")
     host = get_object_or_404(Host, id=host_id, team=team)
     return Status(200, power_intervals(host, windows.parse_range(range, RANGES)))

@@ -204,8 +204,9 @@ def start_training_job(request: HttpRequest):
 
 @router.post("/training-jobs/{job_id}/stop", auth=team_or_host_token_auth, response={200: dict},
              summary="Stop a training job; its energy, carbon and cost are computed",
-             openapi_extra=declared_body({"type": "object", "properties": {
-                 "stopped_at": {"type": "number", "description": "Unix seconds; default now"}}},
+             openapi_extra=declared_body({
+                 "type": "object", "additionalProperties": False, "properties": {
+                     "stopped_at": {"type": "number", "description": "Unix seconds; default now"}}},
                  required=False))
 def stop_training_job(request: HttpRequest, job_id: int):
     job = jobs.job_for_caller(_caller_team(request), job_id)

@@ -5,15 +5,18 @@ matches what the schema says."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import secrets
 import time
+import uuid
 from collections import Counter
 
 import orjson
 import pytest
 import schemathesis
 from django.core.wsgi import get_wsgi_application
+from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import (
@@ -28,8 +31,10 @@ from schemathesis.generation import GenerationMode
 from greenops.alerts import rules
 from greenops.alerts.models import Rule
 from greenops.api.v1 import api
+from greenops.benchmarks.models import BenchmarkRun
+from greenops.reports.models import Report
 from greenops.teams.models import ApiToken
-from greenops.workloads.models import Workload
+from greenops.workloads.models import TrainingJob, Workload
 from tests.support.factories import make_host
 
 ERROR_KEYS = {"error", "field", "message"}
@@ -137,7 +142,6 @@ def test_codecarbon_api_refuses_a_cpu_count_beyond_its_column(client, team):
 # --- declarations -------------------------------------------------------------------------------
 
 BODYLESS = {  # operations that read no request body (their handlers never call json_body)
-    ("post", "/api/v1/teams/{slug}/benchmarks/runs/{run}/acknowledge"),
     ("post", "/api/v1/teams/{slug}/enrollment-tokens"),
     ("post", "/api/v1/teams/{slug}/hosts/{host_id}/revoke"),
     ("post", "/api/v1/teams/{slug}/hosts/{host_id}/rotate"),
@@ -247,6 +251,15 @@ UNSTATABLE = {
         (r"^until$", "a time PostgreSQL can hold once turned into UTC (0001-01-01T00:00+01:00 "
                      "is before year 1)"),
     ],
+    "POST /api/v1/training-jobs/{job_id}/stop": [
+        (r"^stopped_at$", "not before the job started, within the accepted age of now (state, "
+                          "a clock the schema does not have)"),
+    ],
+    "POST /api/v1/teams/{slug}/benchmarks/runs/{run}/acknowledge": [
+        (r"^kpi$", "a KPI the run failed on and nobody acknowledged yet (state)"),
+        (r"^reason$", "not blank once Python strips it (str.strip's whitespace is not the "
+                      "schema's)"),
+    ],
     "GET /api/v1/teams/{slug}/kpis": [
         (r"^(start|end)$", "an ISO 8601 date or time, start and end together, end after start, "
                            "at most the longest window apart (cross-field)"),
@@ -339,19 +352,38 @@ def wsgi_app():
         request_finished.connect(close_old_connections)
 
 
+def real_objects(team, workload) -> dict:
+    """For each path parameter that names an object, a function giving one of the team's (made
+    again after a fuzzed DELETE or stop), so every operation on it reaches its handler. A random
+    id stops at the 404, and whether a random id met an object hung on the sequences, so a
+    PUT to an alert rule was refused in one CI run and not in the runs before."""
+    def first_or(queryset, make):
+        return lambda: queryset.values_list("id", flat=True).first() or make().id
+
+    now = timezone.now()
+    return {
+        "rule_id": first_or(Rule.objects.filter(team=team), lambda: rules.save(team, {
+            "name": "Fuzzed", "kind": "threshold", "kpi": "gpu_util_pct", "window": "1h",
+            "direction": "below", "fire_level": 5, "for_minutes": 0})),
+        "host_id": first_or(team.hosts.filter(name="fuzz-target"),
+                            lambda: make_host(team, "fuzz-target")[0]),
+        "job_id": first_or(TrainingJob.objects.filter(team=team, stopped_at=None),
+                           lambda: TrainingJob.objects.create(
+                               team=team, workload=workload, name="Fuzzed", started_at=now)),
+        "report_id": first_or(Report.objects.filter(team=team), lambda: Report.objects.create(
+            team=team, month=dt.date(2026, 11, 1))),
+        "run": first_or(BenchmarkRun.objects.filter(team=team), lambda: BenchmarkRun.objects.create(
+            team=team, workload=workload, run_id=uuid.uuid4(), source="nvml", started_at=now,
+            hardware={}, hardware_key="fuzz")),
+        "workload": lambda: workload.slug,
+    }
+
+
 def test_schemathesis_finds_no_5xx_and_no_answer_outside_the_schema(team, users, wsgi_app):
     host, host_token = make_host(team)
     team_token = ApiToken.issue(team, "fuzz")[1]
-    Workload.objects.create(team=team, name="Ranker", kind="inference")
-
-    def a_rule() -> int:
-        """A rule of the team (made again after a fuzzed DELETE), so every operation on
-        {rule_id} reaches its handler: a random id stops at the 404, and whether a random id
-        met a rule used to hang on the sequence, so the PUT's refusals showed in some runs."""
-        existing = Rule.objects.filter(team=team).values_list("id", flat=True).first()
-        return existing or rules.save(team, {
-            "name": "Fuzzed", "kind": "threshold", "kpi": "gpu_util_pct", "window": "1h",
-            "direction": "below", "fire_level": 5, "for_minutes": 0}).id
+    ranker = Workload.objects.create(team=team, name="Ranker", kind="inference")
+    existing = real_objects(team, ranker)
 
     from django.test import Client
 
@@ -383,8 +415,8 @@ def test_schemathesis_finds_no_5xx_and_no_answer_outside_the_schema(team, users,
             def run(case):
                 if "slug" in (case.path_parameters or {}):
                     case.path_parameters["slug"] = team.slug  # past the 404, into the handler
-                if "rule_id" in (case.path_parameters or {}):
-                    case.path_parameters["rule_id"] = a_rule()
+                for name in (case.path_parameters or {}).keys() & existing.keys():
+                    case.path_parameters[name] = existing[name]()
                 for headers, cookies in identities.values():
                     response = case.call(headers=headers, cookies=cookies)
                     count(tally, response.status_code)

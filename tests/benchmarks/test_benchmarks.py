@@ -139,6 +139,9 @@ def test_acknowledging_needs_a_failed_kpi_and_a_reason(team, users, api_token, c
     with pytest.raises(FieldError) as exc:
         runs.acknowledge(run, "energy_per_inference_j", "  ", users["member"])
     assert exc.value.field == "reason"
+    with pytest.raises(FieldError) as exc:  # PostgreSQL text cannot hold NUL
+        runs.acknowledge(run, "energy_per_inference_j", "ok\x00", users["member"])
+    assert exc.value.field == "reason"
     runs.acknowledge(run, "energy_per_inference_j", "bigger model: +2 pt accuracy",
                      users["member"])
     with pytest.raises(FieldError):
