@@ -54,6 +54,23 @@ def declared_body(schema: dict, *, required: bool = True) -> dict:
 
 # JSON Schema patterns the OpenAPI schemas share (ECMA and Python regex alike).
 NO_NUL = "^[^\\u0000]*$"  # PostgreSQL text cannot hold NUL, so no text field accepts one
+# Any JSON a field stores as jsonb, which cannot hold NUL either: in no key and no text, at any
+# depth (wire.nul_at names where). Recursive, so it is a component the API's schema carries.
+JSON_VALUE_REF = "#/components/schemas/JsonValue"
+JSON_VALUE = {"anyOf": [
+    {"type": ["number", "boolean", "null"]},
+    {"type": "string", "pattern": NO_NUL},
+    {"type": "array", "items": {"$ref": JSON_VALUE_REF}},
+    {"type": "object", "propertyNames": {"pattern": NO_NUL},
+     "additionalProperties": {"$ref": JSON_VALUE_REF}},
+]}
+
+
+def json_object(*, nullable: bool = False) -> dict:
+    """A free-form JSON object stored as jsonb: no NUL in any key or text inside."""
+    return {"type": ["object", "null"] if nullable else "object",
+            "propertyNames": {"pattern": NO_NUL},
+            "additionalProperties": {"$ref": JSON_VALUE_REF}}
 
 
 def one_of(values) -> object:

@@ -14,6 +14,7 @@ from greenops.alerts.models import Channel, NoDataPolicy, Rule, RuleKind
 from greenops.errors import invalid
 from greenops.request_body import json_body
 from greenops.teams.permissions import authorize_api
+from greenops.telemetry import wire
 
 router = Router(tags=["alerts"])
 
@@ -83,17 +84,6 @@ _BODY = {"requestBody": {"required": True, "content": {"application/json": {
     "schema": RULE_SCHEMA}}}}
 
 
-def _nul_at(value, path: str) -> str | None:
-    """The path of the first text holding a NUL, which PostgreSQL text cannot store."""
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, list):
-        return next((p for i, v in enumerate(value) if (p := _nul_at(v, f"{path}[{i}]"))), None)
-    if isinstance(value, dict):
-        return next((p for k, v in value.items() if (p := _nul_at(v, f"{path}.{k}"))), None)
-    return None
-
-
 def _doc(request: HttpRequest) -> dict:
     doc = json_body(request)
     if not isinstance(doc, dict):
@@ -102,7 +92,7 @@ def _doc(request: HttpRequest) -> dict:
     if unknown:
         raise invalid(sorted(unknown)[0], "is not a known field")
     for key, value in doc.items():
-        if where := _nul_at(value, key):
+        if where := wire.nul_at(value, key):
             raise invalid(where, "must not contain a NUL character (\\u0000)")
     return doc
 

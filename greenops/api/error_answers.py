@@ -15,7 +15,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from greenops import body_limits
 from greenops.errors import FieldError, invalid
-from greenops.request_body import NO_NUL
+from greenops.request_body import JSON_VALUE, NO_NUL
 from greenops.teams.api_tokens import usage_examples
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ class GreenOpsAPI(NinjaAPI):
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         schema["components"].setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+        schema["components"]["schemas"]["JsonValue"] = JSON_VALUE
         ref = {"$ref": "#/components/schemas/Error"}
         error = {"description": "Any error: 4xx naming the field at fault (see README Errors)",
                  "content": {"application/json": {"schema": ref}}}

@@ -15,7 +15,7 @@ from ninja.security import django_auth
 from greenops.benchmarks import runs
 from greenops.benchmarks.models import BenchmarkRun
 from greenops.errors import invalid
-from greenops.request_body import declared_body, json_body, text
+from greenops.request_body import NO_NUL, declared_body, json_body, json_object, text
 from greenops.teams.permissions import authorize_api
 from greenops.telemetry.host_auth import team_or_host_token_auth
 
@@ -23,7 +23,6 @@ router = Router(tags=["benchmarks"])
 
 
 _NUMBER = {"type": "number", "minimum": 0}
-_OBJECT = {"type": "object"}
 # What runs.store_run accepts. The workload must be one of the team's, the samples need one
 # head repeat and distinct (role, index) pairs, and a comparison must be the verdict the gate
 # gives for them: state and cross-field rules JSON Schema cannot say.
@@ -37,26 +36,26 @@ RUN_SCHEMA = {
         "source": {"enum": list(runs.SOURCES)},
         "started_at": {**_NUMBER, "maximum": 253402300799, "description": "Unix seconds"},
         "labels": {"type": ["object", "null"], "maxProperties": 50,
-                   "propertyNames": {"maxLength": 100},
-                   "additionalProperties": {"type": "string", "maxLength": 500}},
+                   "propertyNames": {"maxLength": 100, "pattern": NO_NUL},
+                   "additionalProperties": text(500)},
         **{k: text(n, nullable=True) for k, n in (
             ("commit", 64), ("branch", 200), ("base_commit", 64), ("baseline_commit", 64),
             ("command", 4000), ("agent_version", 40))},
-        "hardware": _OBJECT,
+        "hardware": json_object(),
         "hardware_key": text(500, required=True),
-        "host_energy": {"type": ["object", "null"]},
-        "settings": {"type": ["object", "null"]},
+        "host_energy": json_object(nullable=True),
+        "settings": json_object(nullable=True),
         "samples": {"type": "array", "minItems": 1, "maxItems": runs.MAX_SAMPLES, "items": {
             "type": "object", "required": ["role", "index", "wall_s"],
             "properties": {
                 "role": {"enum": ["head", "base"]},
-                "index": {"type": "integer", "minimum": 0},
-                "count": {"type": ["integer", "null"], "minimum": 1},
+                "index": {"type": "integer", "minimum": 0, "maximum": runs.MAX_INDEX},
+                "count": {"type": ["integer", "null"], "minimum": 1, "maximum": runs.MAX_COUNT},
                 "energy_method": {"type": ["string", "null"], "maxLength": 20},
                 "wall_s": _NUMBER,
                 **{k: {"type": ["number", "null"], "minimum": 0}
                    for k in runs.SAMPLE_FLOATS if k != "wall_s"}}}},
-        "comparison": {"type": ["object", "null"],
+        "comparison": {**json_object(nullable=True),
                        "description": "the gate result greenops-agent bench writes"},
     },
 }

@@ -20,10 +20,13 @@ from greenops.benchmarks.models import Acknowledgement, BenchmarkRun, BenchmarkS
 from greenops.chart_style import MAX_POINTS
 from greenops.errors import FieldError, invalid
 from greenops.teams.models import Team
-from greenops.telemetry.wire import text_field
+from greenops.telemetry.wire import json_int, nul_at, text_field
 from greenops.workloads.models import Workload
 
 MAX_SAMPLES = 2000
+JSONB_KEYS = ("labels", "hardware", "host_energy", "settings", "comparison")
+MAX_INDEX = 2**31 - 1  # BenchmarkSample.index, a PositiveIntegerField
+MAX_COUNT = 2**63 - 1  # BenchmarkSample.count, a BigIntegerField
 SOURCES = ("nvml", "simulated")
 SAMPLE_FLOATS = ("wall_s", "gpu_energy_j", "cpu_ram_energy_j", "avg_power_w", "gpu_util_pct",
                  "throughput_per_s", "energy_per_inference_j", "it_energy_per_inference_j",
@@ -68,15 +71,16 @@ def _samples(doc: dict) -> list[BenchmarkSample]:
         role = s.get("role")
         if role not in ("head", "base"):
             raise invalid(f"{where}.role", "must be 'head' (this run) or 'base' (merge base)")
-        index = s.get("index")
-        if type(index) is not int or index < 0:
-            raise invalid(f"{where}.index", "must be a non-negative integer")
+        index = json_int(s.get("index"))
+        if type(index) is not int or not 0 <= index <= MAX_INDEX:
+            raise invalid(f"{where}.index", f"must be an integer between 0 and {MAX_INDEX}")
         if (role, index) in seen:
             raise invalid(f"{where}.index", f"repeat {index} of {role} appears twice")
         seen.add((role, index))
-        count = s.get("count")
-        if count is not None and (type(count) is not int or count <= 0):
-            raise invalid(f"{where}.count", "must be a positive integer or null")
+        count = json_int(s.get("count"))
+        if count is not None and (type(count) is not int or not 0 < count <= MAX_COUNT):
+            raise invalid(f"{where}.count", f"must be an integer between 1 and {MAX_COUNT} "
+                          "or null")
         method = s.get("energy_method") or ""
         if not isinstance(method, str) or len(method) > 20:
             raise invalid(f"{where}.energy_method", "must be a short string")
@@ -132,6 +136,9 @@ def store_run(team: Team, doc, posted_by: str = "") -> tuple[BenchmarkRun, bool]
         raise invalid("", "the payload must be a JSON object")
     if unknown := sorted(set(doc) - DOC_KEYS):
         raise invalid(unknown[0], "is not a known field")
+    for key in JSONB_KEYS:  # stored as jsonb, which cannot hold NUL in a key or a text
+        if where := nul_at(doc.get(key), key):
+            raise invalid(where, "must not contain a NUL character (\\u0000)")
     try:
         run_id = uuid.UUID(str(doc.get("run_id")))
     except ValueError:

@@ -53,6 +53,7 @@ from greenops.errors import FieldError, invalid
 from greenops.kpis import histogram
 from greenops.kpis.models import InferenceBatch, InferenceWindow
 from greenops.teams.models import Team
+from greenops.telemetry.wire import json_int
 from greenops.workloads.models import Workload
 
 MAX_WINDOWS = 1000
@@ -79,6 +80,7 @@ LATENCY_KEYS = {"unit", "le", "counts", "cumulative", "sum", "count"}
 def _count(value, field: str, *, optional: bool) -> int | None:
     if value is None and optional:
         return None
+    value = json_int(value)
     if type(value) is not int or not 0 <= value <= MAX_COUNT:
         raise invalid(field, f"must be a non-negative integer{' or null' if optional else ''}")
     return value

@@ -28,6 +28,7 @@ from greenops.telemetry.models import (
     Host,
     delete_measurements,
 )
+from greenops.telemetry.wire import json_int
 from greenops.tokens import hash_token, new_token
 
 
@@ -101,7 +102,7 @@ def _facts(doc: dict) -> dict:
         if not isinstance(value, str) or len(value) > limit:
             raise invalid(f"facts.{key}", f"must be a string of at most {limit} characters")
         clean[key] = value
-    ram = facts.get("ram_total_mib")
+    ram = json_int(facts.get("ram_total_mib"))
     if ram is not None:
         if type(ram) is not int or not 0 < ram < 2**31:
             raise invalid("facts.ram_total_mib", "must be a positive integer")

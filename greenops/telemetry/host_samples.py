@@ -25,6 +25,7 @@ from greenops.telemetry.models import Gpu, GpuProcess, Host, HostHour, HostSampl
 from greenops.telemetry.wire import (
     check_range,
     distinct_timestamps,
+    json_int,
     numeric_column,
     parse_batch_id,
     sample_columns,
@@ -94,10 +95,10 @@ def _processes(snap, host: Host, now_s: float) -> dict | None:
         where = f"processes.gpus[{i}]"
         if not isinstance(e, dict):
             raise invalid(where, "must be an object")
-        index = e.get("gpu_index")
+        index = json_int(e.get("gpu_index"))
         if type(index) is not int or index not in gpus:
             raise invalid(f"{where}.gpu_index", "must be a GPU index registered for this host")
-        pid = e.get("pid")
+        pid = json_int(e.get("pid"))
         if pid is not None and (type(pid) is not int or not 0 <= pid < 2**31):
             raise invalid(f"{where}.pid", "must be a process id or null")
         used = e.get("used_memory_mib")

@@ -680,9 +680,7 @@ def register_inventory(host: Host, doc) -> list[Gpu]:
     for i, g in enumerate(gpus):
         if not isinstance(g, dict):
             raise invalid(f"gpus[{i}]", "must be an object")
-        index = g.get("index")
-        if type(index) is float and index.is_integer():
-            index = int(index)  # 3.0 is the integer 3 in JSON (and in the OpenAPI schema)
+        index = wire.json_int(g.get("index"))  # 3.0 is the integer 3 in JSON Schema
         if type(index) is not int or not 0 <= index <= 1023:
             raise invalid(f"gpus[{i}].index", "must be an integer between 0 and 1023")
         if index in seen:  # two rows for one GPU would break the (host, index) key: a 500

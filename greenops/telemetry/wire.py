@@ -69,6 +69,30 @@ class Batch:
     throttle_null: np.ndarray  # bool
 
 
+def json_int(value):
+    """`value` as an int where JSON Schema's "integer" counts it as one (3 and 3.0, not true
+    or 3.5); anything else as it is, for the caller's check to refuse. An OpenAPI schema cannot
+    tell 3.0 from 3, so an API that refused 3.0 refused what its schema allows."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def nul_at(value, path: str = "") -> str | None:
+    """The path of the first key or text holding a NUL (hardware.gpus[0].name), which neither
+    PostgreSQL text nor jsonb can store; None when there is none."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, list):
+        return next((p for i, v in enumerate(value) if (p := nul_at(v, f"{path}[{i}]"))), None)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}" if path else key
+            if "\x00" in key or (here := nul_at(item, here)):
+                return here
+    return None
+
+
 def _first_bad(values: list, ok) -> int:
     return next(i for i, v in enumerate(values) if not ok(v))
 

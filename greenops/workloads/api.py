@@ -206,7 +206,8 @@ def start_training_job(request: HttpRequest):
              summary="Stop a training job; its energy, carbon and cost are computed",
              openapi_extra=declared_body({
                  "type": "object", "additionalProperties": False, "properties": {
-                     "stopped_at": {"type": "number", "description": "Unix seconds; default now"}}},
+                     "stopped_at": {"type": "number", "minimum": 0,
+                                    "description": "Unix seconds; default now"}}},
                  required=False))
 def stop_training_job(request: HttpRequest, job_id: int):
     job = jobs.job_for_caller(_caller_team(request), job_id)

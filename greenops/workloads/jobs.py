@@ -24,8 +24,8 @@ START_KEYS = {"workload", "name", "host", "gpus", "external_id", "started_at"}
 
 
 def _ts(value, field: str, now_s: float) -> dt.datetime:
-    if type(value) not in (int, float) or not math.isfinite(value):
-        raise invalid(field, "must be Unix seconds")
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise invalid(field, "must be Unix seconds (a number, not before 1970)")
     if value > now_s + 300:
         raise invalid(field, "is in the future; check the sender's clock")
     return dt.datetime.fromtimestamp(value, dt.UTC)

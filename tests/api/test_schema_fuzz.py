@@ -269,6 +269,9 @@ UNSTATABLE = {
         (r"^timestamp$", "a time PostgreSQL can hold once turned into UTC (0001-01-01T00:00+01:00 "
                          "is before year 1)"),
     ],
+    "POST /api/codecarbon/emissions": [
+        (r"^timestamp$", "a time PostgreSQL can hold once turned into UTC (as the runs')"),
+    ],
     "POST /api/v1/benchmarks/runs": [
         (r"workload$", "a workload of the caller's team (state)"),
         (r"samples(\[\d+\]\.index)?$", "one head repeat at least; (role, index) distinct"),

@@ -149,6 +149,35 @@ def test_acknowledging_needs_a_failed_kpi_and_a_reason(team, users, api_token, c
     assert run.unacknowledged_kpis() == []
 
 
+def test_integers_as_json_schema_counts_them(team, api_token, client):
+    """3.0 is the integer 3 in JSON Schema, so the OpenAPI schema allows it (schemathesis found
+    count 2.0 refused); an index beyond its column is refused naming the field, not by
+    PostgreSQL."""
+    doc = run_doc()
+    doc["samples"][0].update(index=0.0, count=2.0)
+    r = post(client, api_token, doc)
+    assert r.status_code == 201, r.content
+    stored = BenchmarkSample.objects.get(role=doc["samples"][0]["role"], index=0)
+    assert (stored.count, type(stored.count)) == (2, int)
+    for key, value in (("index", 2**40), ("count", 2**70), ("count", 2.5), ("index", True)):
+        bad = run_doc(commit="eeee5555")
+        bad["samples"][0][key] = value
+        r = post(client, api_token, bad)
+        assert r.status_code == 422 and r.json()["field"] == f"samples[0].{key}", (key, value)
+    assert BenchmarkRun.objects.count() == 1
+
+
+def test_a_nul_anywhere_in_a_run_names_its_path(team, api_token, client):
+    """jsonb cannot store \\u0000 either: schemathesis' NUL deep in `settings` was a 422 with
+    no field, from PostgreSQL."""
+    for where, path in ((("settings",), "settings.a[1].b"), (("hardware",), "hardware.k\x00")):
+        doc = run_doc()
+        doc[where[0]] = {"a": [1, {"b": "x\x00"}]} if where[0] == "settings" else {"k\x00": 1}
+        r = post(client, api_token, doc)
+        assert r.status_code == 422 and r.json()["field"] == path, r.content
+    assert not BenchmarkRun.objects.exists()
+
+
 def test_viewer_cannot_acknowledge(client, team_roles, team, api_token):
     post(client, api_token, run_doc(regress_pct=20.0))
     run = BenchmarkRun.objects.get()
