@@ -104,6 +104,20 @@ AGENT_ROWS = [
 ]
 
 
+def test_json_int_takes_what_json_schema_calls_an_integer_and_nothing_else():
+    assert [wire.json_int(v) for v in (3, 3.0, -0.0)] == [3, 3, 0]
+    assert all(type(wire.json_int(v)) is int for v in (3, 3.0, -0.0))
+    for other in (3.5, math.inf, math.nan, True, "3", None):
+        got = wire.json_int(other)
+        assert got is other or (isinstance(other, float) and math.isnan(got))
+
+
+def test_nul_at_names_the_first_key_or_text_holding_one():
+    assert wire.nul_at({"a": [1, "ok", {"b": "x\x00"}]}, "hw") == "hw.a[2].b"
+    assert wire.nul_at({"gpu\x00": 1}) == "gpu\x00"
+    assert wire.nul_at({"a": ["fine", 1.5, None, {"b": True}]}) is None
+
+
 def test_an_agent_batch_parses_column_for_column():
     b = server_side(agent_payload(AGENT_ROWS))
     nan = math.nan
