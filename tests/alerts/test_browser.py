@@ -144,6 +144,13 @@ def test_journey_fire_edit_resolve_midnight_and_metadata_refused(
     settings.GREENOPS_OUTBOUND_ALLOW = ["127.0.0.1/32"]
     # One GPU at 3 % utilisation over the last whole hour, rolled up as beat does.
     now = timezone.now()
+    # The team's zone puts now near its midday, whatever the UTC hour: in its first local hour
+    # "today so far" holds no whole hour, so a rule on it has nothing to judge (this journey
+    # failed when run from 00:00 to 00:59 UTC with the team on UTC).
+    east = 12 - now.hour
+    team.time_zone = f"Etc/GMT{-east:+d}" if east else "UTC"  # Etc/GMT-5 is UTC+5
+    team.save(update_fields=["time_zone"])
+    tz = windows.time_zone(team.time_zone)
     last = windows.floor_hour(now) - dt.timedelta(hours=1)
     host, _ = make_host(team, "gpu-node-1", gpus=1)
     gpu = host.gpus.get()
@@ -191,8 +198,8 @@ def test_journey_fire_edit_resolve_midnight_and_metadata_refused(
         assert resolved["threshold"]["fire"] == 2.0 and resolved["value"] == pytest.approx(3.0)
         rule = Rule.objects.get()
 
-        # 3. "Today so far" below 10 %: fires again (a new episode), then crosses tonight's
-        # midnight (team time zone UTC) with the host reporting 3 % every hour: silence.
+        # 3. "Today so far" below 10 %: fires again (a new episode), then crosses the team's
+        # next midnight with the host reporting 3 % every hour: silence.
         page.get_by_role("link", name="Edit", exact=True).click()
         page.locator("input[name=fire_level]").fill("10")
         page.locator("select[name=window]").select_option("day")
@@ -200,11 +207,11 @@ def test_journey_fire_edit_resolve_midnight_and_metadata_refused(
         assert page.locator("#rule-state").inner_text() == "Firing"
         tasks.deliver_due()
         assert received() == ["firing", "resolved", "firing"]
-        midnight = windows.floor_day(now) + dt.timedelta(days=1)
+        local = now.astimezone(tz)
+        midnight = (local.replace(hour=0, minute=0, second=0, microsecond=0)
+                    + dt.timedelta(days=1)).astimezone(dt.UTC)
         for h in range(-3, 3):
-            # The hour the test began with is one of these when it runs from 22:00 to 00:59
-            # UTC: it holds the same reading already.
-            if midnight + dt.timedelta(hours=h) != last:
+            if midnight + dt.timedelta(hours=h) != last:  # that hour holds the reading already
                 add_gpu_hour(gpu, midnight + dt.timedelta(hours=h), 360_000, 3.0, 60)
         t = midnight - dt.timedelta(hours=1)
         while t <= midnight + dt.timedelta(hours=2):
