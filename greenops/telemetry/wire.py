@@ -108,6 +108,9 @@ def numeric_column(name: str, values: list, *, nullable: bool, integer: bool) ->
     if nullable:
         allowed = allowed | {type(None)}
     kinds = set(map(type, values))
+    if integer and float in kinds:  # 3.0 is the integer 3 in JSON Schema; 3.5 is refused below
+        values = list(map(json_int, values))
+        kinds = set(map(type, values))
     if not kinds <= allowed:
         if integer and nullable:
             def ok(v):
@@ -399,7 +402,7 @@ def parse_spool_report(doc: dict) -> tuple[int, float | None] | None:
         return None
     if not isinstance(spool, dict):
         raise invalid("spool", "must be an object")
-    depth, age = spool.get("depth"), spool.get("oldest_age_s")
+    depth, age = json_int(spool.get("depth")), spool.get("oldest_age_s")
     if type(depth) is not int or not 0 <= depth < 2**31:
         raise invalid("spool.depth", "must be a non-negative integer")
     if age is not None and (not _is_number(age) or not 0 <= age < 10 * 365 * 86400):

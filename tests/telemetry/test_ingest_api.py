@@ -85,7 +85,7 @@ BAD_INPUTS = [
     ("negative energy", _col("energy_j", 2, -5.0), "samples.energy_j[2]", 422),
     ("negative counter", _col("energy_mj", 2, -1), "samples.energy_mj[2]", 422),
     ("util over 100", _col("util_pct", 0, 100.5), "samples.util_pct[0]", 422),
-    ("float gpu index", _col("gpu_index", 4, 1.0), "samples.gpu_index[4]", 422),
+    ("float gpu index", _col("gpu_index", 4, 1.5), "samples.gpu_index[4]", 422),
     ("unregistered gpu", _col("gpu_index", 4, 7), "samples.gpu_index[4]", 422),
     ("null ts", _col("ts", 0, None), "samples.ts[0]", 422),
     ("ts in the future", _col("ts", 5, time.time() + 86400), "samples.ts[5]", 422),
