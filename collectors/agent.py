@@ -99,7 +99,9 @@ class Agent:
                 log.exception("could not recover the spool's journal; sampling anyway")
 
     def stop(self) -> None:
-        """Safe from a signal handler: only sets a flag the loop checks."""
+        """Sets the event the loop waits on. Not from a signal handler in the loop's thread:
+        the event's lock may be held by that very thread (cli.stop_on_signal calls it from a
+        thread of its own)."""
         self._stop.set()
 
     def sample_once(self) -> None:

@@ -6,6 +6,7 @@ import argparse
 import logging
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -197,6 +198,23 @@ def sending_line(st) -> str:
     return "up to date"
 
 
+def stop_on_signal(agent):
+    """SIGTERM's and SIGINT's handler: stop the agent from a thread of its own. A handler runs
+    in the main thread between two bytecodes, and agent.stop() sets a threading.Event whose lock
+    the main thread holds for a few bytecodes of every tick's wait: a handler that set it there
+    waited on its own thread, and the agent hung until killed, its last ticks unsent (they were
+    kept in the spool's journal for the next start)."""
+
+    def stop(signum: int) -> None:
+        logging.getLogger(__name__).info("received %s; stopping", signal.Signals(signum).name)
+        agent.stop()
+
+    def on_signal(signum: int, frame: object) -> None:
+        threading.Thread(target=stop, args=(signum,), name="stop", daemon=True).start()
+
+    return on_signal
+
+
 def run(config: object, source: GpuSource | None = None) -> int:
     """Run the agent until SIGTERM/SIGINT. `source` replaces NVML or --simulate (the demo
     passes its own simulated fleet this way)."""
@@ -266,10 +284,7 @@ def run(config: object, source: GpuSource | None = None) -> int:
         channels=build_channels(config, simulated=bool(config.simulate), source=source),
     )
 
-    def on_signal(signum: int, frame: object) -> None:
-        logging.getLogger(__name__).info("received %s; stopping", signal.Signals(signum).name)
-        agent.stop()
-
+    on_signal = stop_on_signal(agent)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
