@@ -186,13 +186,46 @@ def group_pids(pgid: int) -> list[int]:
     return pids
 
 
-def backend_pids(conn, database: str) -> list[int]:
+def backend_pids(conn, database: str, clients: Callable[[], set[int]] | None = None,
+                 others: Callable[[], set[int]] | None = None) -> list[int]:
     """PostgreSQL server processes serving `database`, except the one asking (server and
-    benchmark share a machine, so their CPU time is readable from /proc)."""
-    rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s "
+    benchmark share a machine, so their CPU time is readable from /proc). `clients`: only those
+    whose client's TCP port is one of these; `others`: only those whose client's port is not."""
+    rows = conn.execute("SELECT pid, client_port FROM pg_stat_activity WHERE datname = %s "
                         "AND pid <> pg_backend_pid()", (database,)).fetchall()
     conn.commit()
-    return [r[0] for r in rows]
+    keep, drop = (clients() if clients else None), (others() if others else set())
+    return [pid for pid, port in rows
+            if (keep is None or port in keep) and port not in drop]
+
+
+def socket_ports(pids: Sequence[int]) -> set[int]:
+    """The local TCP ports of the sockets these processes hold (/proc/<pid>/fd against
+    /proc/net/tcp and tcp6): which PostgreSQL backends serve which of the server's processes."""
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 class Meter:
