@@ -144,8 +144,6 @@ MIDDLEWARE = [
     # Outermost: any 4xx/5xx under /api/ that is not JSON becomes {error, field, message}.
     "greenops.api.errorshape.ApiErrorShape",
     "django.middleware.security.SecurityMiddleware",
-    # Agents' sample batches skip the rest (sessions, CSRF, ...): greenops/api/fastpath.py.
-    "greenops.api.fastpath.SamplesFastPath",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -53,9 +53,13 @@ class ApiErrorShape:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
-        if (response.status_code >= 400 and request.path_info.startswith(API_PREFIX)
-                and not response.get("Content-Type", "").startswith("application/json")
-                and not getattr(response, "streaming", False)):
-            return as_json(response)
-        return response
+        return shaped(request, self.get_response(request))
+
+
+def shaped(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """`response` as a client under /api/ gets it: an error not in the house shape rewritten."""
+    if (response.status_code >= 400 and request.path_info.startswith(API_PREFIX)
+            and not response.get("Content-Type", "").startswith("application/json")
+            and not getattr(response, "streaming", False)):
+        return as_json(response)
+    return response

@@ -124,8 +124,9 @@ INVENTORY_SCHEMA = {
     },
 )
 def post_samples(request: HttpRequest):
-    # Documents the endpoint; greenops.api.fastpath answers it before the URL resolver runs
-    # (here only where MIDDLEWARE lacks the fast path), with the same function.
+    # Documents the endpoint. The web server's requests are answered before Django's handler
+    # (greenops.api.fastpath.SamplesFirst); this operation answers the ones it leaves to Django
+    # and the test client's, with the same answers.
     return answer_samples(request)
 
 

@@ -361,14 +361,14 @@ def _claim_kick(batch_id: str) -> bool:
     return True
 
 
-def _coalescing() -> bool:
+def coalescing() -> bool:
     """Only with a real broker: the embedded default runs tasks in-process, one per batch."""
     return bool(settings.REDIS_URL) and not settings.CELERY_TASK_ALWAYS_EAGER
 
 
 def _kick(task, batch_id: str) -> None:
     """Queue a store task unless one is already queued (it will take this batch too)."""
-    if _coalescing():
+    if coalescing():
         try:
             if not _claim_kick(batch_id):
                 return
@@ -387,7 +387,7 @@ def _kick(task, batch_id: str) -> None:
 
 def _kick_refresh() -> None:
     """A store task is still claiming: batches committed meanwhile need no message."""
-    if _coalescing():
+    if coalescing():
         try:
             _redis().set(KICK_KEY, "draining", ex=KICK_TTL_S)
         except Exception:
@@ -396,7 +396,7 @@ def _kick_refresh() -> None:
 
 def _unkick() -> None:
     """A store task is about to claim: batches committed from now on need a new message."""
-    if _coalescing():
+    if coalescing():
         try:
             _redis().delete(KICK_KEY)
         except Exception:
@@ -529,9 +529,9 @@ def process_pending(batch_id: str) -> int | None:
     deadline = time.monotonic() + DRAIN_S
     result, claimed, full = _store_group(mine)
     helped = False
-    gather = _coalescing() and settings.INGEST_GROUP_WAIT_S > 0
+    gather = coalescing() and settings.INGEST_GROUP_WAIT_S > 0
     while claimed and time.monotonic() < deadline:
-        if full and not helped and _coalescing():  # a backlog: let a second process share it
+        if full and not helped and coalescing():  # a backlog: let a second process share it
             _enqueue(tasks.store_batch, batch_id)
             helped = True
         _kick_refresh()
