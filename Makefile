@@ -61,6 +61,7 @@ test: setup browser services lint
 
 bench: setup services
 	$(PY) bench/ingest
+	$(PY) bench/ingest_layers
 	$(PY) bench/dashboard
 	$(PY) bench/agent
 	$(PY) bench/gate
