@@ -623,11 +623,14 @@ def _mark_late(stored: list[tuple[uuid.UUID, int, wire.Batch]], inserted: list[i
     their teams and one INSERT: an agent draining its spool after an outage sends a group of
     late batches, and a query and an INSERT for each was a third of the worker's time then.
     Live batches cost nothing here."""
+    # late.is_late for each batch, as one integer comparison: the hour the next rollup reaches
+    # is whole, so a batch is late exactly when its first sample is before it.
+    reach_us = int(late.reach(timezone.now()).timestamp()) * 1_000_000
     spans = []
     for (_, host_id, batch), k in zip(stored, inserted, strict=True):
-        first = _from_us(int(batch.ts_us.min()))
-        if k and late.is_late(first):
-            spans.append((host_id, first, _from_us(int(batch.ts_us.max()))))
+        first_us = int(batch.ts_us.min())
+        if k and first_us < reach_us:
+            spans.append((host_id, _from_us(first_us), _from_us(int(batch.ts_us.max()))))
     if spans:
         teams = dict(Host.objects.filter(id__in={host_id for host_id, _, _ in spans})
                      .values_list("id", "team_id"))

@@ -131,9 +131,12 @@ def batch_columns(batch: Batch, gpu_ids: dict[int, int]) -> tuple[dict, dict]:
         "energy_method": batch.energy_method == 0,
         "throttle_reasons": batch.throttle_null,
     }
+    masks: dict[int, np.ndarray] = {}  # columns may share one array (wire.parse_validated)
     for name, arr in batch.floats.items():
         values[name] = arr
-        nulls[name] = np.isnan(arr)
+        if id(arr) not in masks:
+            masks[id(arr)] = np.isnan(arr)
+        nulls[name] = masks[id(arr)]
     return values, nulls
 
 
@@ -438,9 +441,8 @@ def store_group(parts: list[tuple[dict, dict, int]]) -> list[int]:
     each, and those round trips, not the rows, were the bulk of the worker's time."""
     names = [name for name, _ in SAMPLE_COLUMNS]
     values = {name: np.concatenate([v[name] for v, _, _ in parts]) for name in names}
-    values["batch_no"] = np.concatenate(
-        [np.full(n, i, dtype=np.int32) for i, (_, _, n) in enumerate(parts)]
-    )
+    values["batch_no"] = np.repeat(np.arange(len(parts), dtype=np.int32),
+                                   [n for _, _, n in parts])
     # batch_columns gives every batch the same null masks (a column the agent did not send is
     # all NaN, so all null), so the group's masks are the batches' masks end to end.
     nulls = {name: np.concatenate([nl[name] for _, nl, _ in parts]) for name in parts[0][1]}

@@ -297,8 +297,13 @@ def parse_validated(doc: dict) -> Batch:
     names = [name for name in _FLOAT_BOUNDS if name in samples]
     matrix = np.array([samples[name] for name in names], dtype=np.float64)  # null -> NaN
     given = dict(zip(names, matrix, strict=True))
-    floats = {name: given[name] if name in given else np.full(n, np.nan)
-              for name in _FLOAT_BOUNDS}
+    # The columns the agent did not send share one read-only all-null array: a column per
+    # absent metric was 12 np.full calls per batch, a sixth of this function's time.
+    absent = None
+    if len(given) < len(_FLOAT_BOUNDS):
+        absent = np.full(n, np.nan)
+        absent.flags.writeable = False
+    floats = {name: given.get(name, absent) for name in _FLOAT_BOUNDS}
     energy_mj, mj_null = numeric_column("energy_mj", samples["energy_mj"], nullable=True,
                                          integer=True)
     throttle, throttle_null = _throttle_column(samples.get(THROTTLE_FIELD), n)
@@ -385,8 +390,7 @@ def _keys_unique(ts_us: np.ndarray, gpu_index: np.ndarray) -> bool:
 
 
 def check_gpu_indices(batch: Batch, known: set[int]) -> None:
-    seen = np.unique(batch.gpu_index)
-    unknown = [int(i) for i in seen if int(i) not in known]
+    unknown = sorted(set(batch.gpu_index.tolist()) - known)
     if unknown:
         i = int(np.argmax(batch.gpu_index == unknown[0]))
         raise invalid(f"samples.gpu_index[{i}]",
