@@ -15,8 +15,8 @@ error answers, SecurityMiddleware's headers -- and closes a connection past its 
 would.
 
 It passes on to Django, whose operation answers with answer_samples below, whatever it does not
-take as it is: another method or path, a body without a usable Content-Length or over the
-upload limit (Django answers those: 413, or the empty body's 422), plain http where
+take as it is: another method or path, a body over the upload limit by its Content-Length
+(Django's 413) or with neither a usable Content-Length nor chunked encoding, plain http where
 SECURE_SSL_REDIRECT wants a redirect, and the embedded default (SQLite or tasks in-process,
 which run at the end of Django's request).
 """
@@ -108,18 +108,23 @@ class SamplesFirst:
         self.security = SecurityMiddleware(_never_called)
 
     def takes(self, environ: dict) -> int | None:
-        """The body's length if this request is answered here; None: Django answers it."""
+        """The body's length if this request is answered here (READ_TO_END: a chunked body the
+        server has de-chunked); None: Django answers it."""
         if environ.get("REQUEST_METHOD") != "POST" or environ.get("PATH_INFO") != SAMPLES_PATH:
             return None
         if connection.vendor != "postgresql" or not ingest.coalescing():
             return None
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or "")
-        except ValueError:
-            return None
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        if length < 0 or (limit is not None and length > limit):
-            return None
+        declared = environ.get("CONTENT_LENGTH") or ""
+        if not declared and _chunked(environ):
+            length = READ_TO_END
+        else:
+            try:
+                length = int(declared)
+            except ValueError:
+                return None
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            if length < 0 or (limit is not None and length > limit):
+                return None
         if settings.SECURE_SSL_REDIRECT and not _Scheme(environ).is_secure():
             return None  # SecurityMiddleware's redirect (or its exemptions)
         return length
@@ -131,7 +136,7 @@ class SamplesFirst:
         if settings.DEBUG:
             reset_queries()  # DEBUG logs every query; Django empties the log per request
         try:
-            response = self.answer(environ, environ["wsgi.input"].read(length))
+            response = self.answer(environ, length)
         finally:
             # Of what Django does when a request finishes, the one thing this path needs: a
             # connection past CONN_MAX_AGE, or one that failed, is closed. (Its other receivers
@@ -142,8 +147,9 @@ class SamplesFirst:
                        list(response.items()))
         return [response.content]
 
-    def answer(self, environ: dict, body: bytes) -> HttpResponse:
+    def answer(self, environ: dict, length: int) -> HttpResponse:
         try:
+            body = _read_body(environ, length)
             auth = ingest.samples_auth(environ.get("HTTP_AUTHORIZATION"))
             answer = ingest.accept_samples(auth, body, environ.get("HTTP_CONTENT_ENCODING"))
         except ANSWERED as exc:  # rare: the whole request is built for the API's handlers
@@ -154,6 +160,29 @@ class SamplesFirst:
             response = shaped(request, response_for_exception(request, exc))
             return self.security.process_response(request, _sized(response))
         return self.security.process_response(_Scheme(environ), accepted(answer))
+
+
+# A body sent with Transfer-Encoding: chunked has no Content-Length. Django reads such a body as
+# empty (the API then answered "zero-length document" to a batch it never read); a server that
+# de-chunks and marks the stream terminated (wsgi.input_terminated: Granian, gunicorn) lets this
+# path read it to its end, within the upload limit.
+READ_TO_END = -1
+
+
+def _chunked(environ: dict) -> bool:
+    return bool(environ.get("wsgi.input_terminated")) and "chunked" in environ.get(
+        "HTTP_TRANSFER_ENCODING", "").lower()
+
+
+def _read_body(environ: dict, length: int) -> bytes:
+    stream = environ["wsgi.input"]
+    if length != READ_TO_END:
+        return stream.read(length)
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    body = stream.read() if limit is None else stream.read(limit + 1)
+    if limit is not None and len(body) > limit:
+        raise RequestDataTooBig("the chunked body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE")
+    return body
 
 
 def _never_called(request):  # the middlewares' get_response: only their hooks are used here

@@ -7,6 +7,7 @@ operation (greenops.api.v1.post_samples) answers the endpoint the same way."""
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 from unittest import mock
 
@@ -37,6 +38,8 @@ def call(app, method: str = "POST", path: str = fastpath.SAMPLES_PATH, body: byt
                                        **extra, **environ)
     for key in without:
         request.environ.pop(key, None)
+    if "CONTENT_LENGTH" in without:  # a de-chunked stream, read to its end as a server gives it
+        request.environ["wsgi.input"] = io.BytesIO(body)
     seen = {}
 
     def start_response(status, headers):
@@ -171,6 +174,34 @@ def test_what_the_fast_path_does_not_take_goes_to_django(host, app, settings):
     assert app.kicked == []
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_chunked_batch_is_read_to_its_end_within_the_upload_limit(host, app, settings):
+    """Transfer-Encoding: chunked has no Content-Length; a server that de-chunks the body
+    (wsgi.input_terminated, as Granian and gunicorn do) lets the fast path read all of it. Django
+    would read it as empty, and the API answered "zero-length document" to a batch it never read."""
+    _, token = host
+    doc = make_batch()
+    body = gz(doc)
+    chunked = {"HTTP_TRANSFER_ENCODING": "chunked", "wsgi.input_terminated": True,
+               "HTTP_CONTENT_ENCODING": "gzip"}
+    status, headers, answer = call(app, body=body, token=token, without=("CONTENT_LENGTH",),
+                                   **chunked)
+    assert (status, answer["status"]) == (202, "queued") and app.kicked == [doc["batch_id"]]
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    second = gz(make_batch())
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = len(second) - 1  # a byte over: refused, nothing kept
+    status, _, answer = call(app, body=second, token=token, without=("CONTENT_LENGTH",),
+                             **chunked)
+    assert (status, answer["error"]) == (413, "too_large")
+    assert IngestBatch.objects.count() == 1
+    # A server that does not mark the stream terminated: Django's reading, as before.
+    with mock.patch.object(BaseHandler, "get_response", autospec=True,
+                           side_effect=BaseHandler.get_response) as django:
+        status, _, _ = call(app, body=body, token=token, without=("CONTENT_LENGTH",),
+                            HTTP_TRANSFER_ENCODING="chunked", HTTP_CONTENT_ENCODING="gzip")
+    assert django.call_count == 1 and status == 400
+
+
 def test_only_a_post_with_a_usable_length_to_the_samples_path_is_taken(settings):
     settings.CELERY_TASK_ALWAYS_EAGER = False
     taker = fastpath.SamplesFirst(refuse)
@@ -181,8 +212,14 @@ def test_only_a_post_with_a_usable_length_to_the_samples_path_is_taken(settings)
                    {"CONTENT_LENGTH": ""}, {"CONTENT_LENGTH": "-1"}, {"CONTENT_LENGTH": "1e3"},
                    {"CONTENT_LENGTH": str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)}):
         assert taker.takes({**base, **change}) is None, change
+    chunked = {**base, "CONTENT_LENGTH": "", "HTTP_TRANSFER_ENCODING": "gzip, chunked",
+               "wsgi.input_terminated": True}
+    assert taker.takes(chunked) == fastpath.READ_TO_END
+    assert taker.takes({**chunked, "wsgi.input_terminated": False}) is None
+    assert taker.takes({**chunked, "HTTP_TRANSFER_ENCODING": "gzip"}) is None
     settings.SECURE_SSL_REDIRECT = True
     assert taker.takes(base) is None
+    assert taker.takes(chunked) is None
     assert taker.takes({**base, "wsgi.url_scheme": "https"}) == 12
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     assert taker.takes({**base, "HTTP_X_FORWARDED_PROTO": "https"}) == 12
