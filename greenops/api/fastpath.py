@@ -23,6 +23,8 @@ which run at the end of Django's request).
 
 from __future__ import annotations
 
+import functools
+
 import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -53,12 +55,18 @@ def answer_samples(request: HttpRequest) -> HttpResponse:
     with what ingest.accept_samples says, or the API's error."""
     # META, not request.headers: the latter builds a dict of every header on first use, for two
     # lookups.
-    meta = request.META
+    return _answer(request.META, lambda: request.body, lambda: request)
+
+
+def _answer(meta: dict, read_body, request_for) -> HttpResponse:
+    """What both paths answer: the token checked before the body is read, then the batch
+    accepted; an error is answered by the API's handlers, given the request `request_for()`
+    builds (the WSGI path builds one only then)."""
     try:
         auth = ingest.samples_auth(meta.get("HTTP_AUTHORIZATION"))
-        answer = ingest.accept_samples(auth, request.body, meta.get("HTTP_CONTENT_ENCODING"))
+        answer = ingest.accept_samples(auth, read_body(), meta.get("HTTP_CONTENT_ENCODING"))
     except ANSWERED as exc:
-        return _sized(error_response(request, exc))
+        return _sized(error_response(request_for(), exc))
     return accepted(answer)
 
 
@@ -85,7 +93,7 @@ def _sized(response: HttpResponse) -> HttpResponse:
 
 
 class _Scheme:
-    """What SecurityMiddleware.process_response reads of a request (is_secure, for HSTS),
+    """All SecurityMiddleware.process_response reads of a request (is_secure, for HSTS),
     computed by Django's own HttpRequest code from the WSGI environ without building a
     request."""
 
@@ -148,18 +156,12 @@ class SamplesFirst:
         return [response.content]
 
     def answer(self, environ: dict, length: int) -> HttpResponse:
+        request_for = functools.cache(lambda: WSGIRequest(environ))  # for an error only: rare
         try:
-            body = _read_body(environ, length)
-            auth = ingest.samples_auth(environ.get("HTTP_AUTHORIZATION"))
-            answer = ingest.accept_samples(auth, body, environ.get("HTTP_CONTENT_ENCODING"))
-        except ANSWERED as exc:  # rare: the whole request is built for the API's handlers
-            request = WSGIRequest(environ)
-            return self.security.process_response(request, _sized(error_response(request, exc)))
+            response = _answer(environ, lambda: _read_body(environ, length), request_for)
         except Exception as exc:  # a server error, answered and logged as Django does
-            request = WSGIRequest(environ)
-            response = shaped(request, response_for_exception(request, exc))
-            return self.security.process_response(request, _sized(response))
-        return self.security.process_response(_Scheme(environ), accepted(answer))
+            response = _sized(shaped(request_for(), response_for_exception(request_for(), exc)))
+        return self.security.process_response(_Scheme(environ), response)
 
 
 # A body sent with Transfer-Encoding: chunked has no Content-Length. Django reads such a body as
