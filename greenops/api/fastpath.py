@@ -8,7 +8,8 @@ size (profiled with bench/ingest at 80 samples per POST). A middleware right aft
 SecurityMiddleware then answered it, skipping those. What it could not skip was Django's handler
 around any middleware: the WSGIRequest, the middleware chain's wrappers, the response's
 conversion. That was 0.14-0.19 ms of the web's 0.82-0.89 ms of CPU per 80-sample POST behind
-Granian (two alternating pairs, 2026-12-05), so SamplesFirst, which greenops.wsgi serves, now
+Granian (two alternating pairs of a throwaway harness, 2026-12-05; bench/ingest then read 0.68-0.76
+ms of web CPU a POST against 0.81-0.87 before), so SamplesFirst, which greenops.wsgi serves, now
 takes the request from the WSGI server itself and answers it with what the API's operation
 (greenops.api.v1.post_samples) answers -- the token check, ingest.accept_samples, the API's own
 error answers, SecurityMiddleware's headers -- and closes a connection past its age as Django
@@ -149,7 +150,8 @@ class SamplesFirst:
             # Of what Django does when a request finishes, the one thing this path needs: a
             # connection past CONN_MAX_AGE, or one that failed, is closed. (Its other receivers
             # close caches, reset a URLconf and run the embedded default's in-process tasks,
-            # none of which this path uses; sending the signals cost 0.04-0.09 ms a request.)
+            # none of which this path uses; sending the signals cost 0.04-0.09 ms a request in a
+            # cProfile'd loop.)
             close_old_connections()
         start_response(f"{response.status_code} {response.reason_phrase}",
                        list(response.items()))
