@@ -24,7 +24,7 @@ else:
 
     def _validate_only(auth, body, content_encoding):
         doc = ingest.parse_body(body, content_encoding)
-        batch = ingest._parse_intake(doc)
+        batch = ingest._check_intake(doc)
         wire.parse_spool_report(doc)
         return _accepted(str(batch.batch_id), batch.n)
 

@@ -15,7 +15,6 @@ import uuid
 from dataclasses import dataclass
 
 import kombu.exceptions
-import numpy as np
 import redis
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
@@ -125,9 +124,18 @@ LAST_SEEN_RESOLUTION_S = 5.0
 
 def _parse_intake(doc) -> wire.Batch:
     """A batch as the API receives it: within the sample limit and the intake's time window."""
-    return wire.parse_batch(doc, now_s=time.time(), max_samples=settings.INGEST_MAX_SAMPLES,
-                            max_future_s=settings.INGEST_MAX_FUTURE_S,
-                            max_age_s=settings.INGEST_MAX_AGE_S)
+    return wire.parse_batch(doc, **_intake_limits())
+
+
+def _check_intake(doc) -> wire.Intake:
+    """_parse_intake's checks and answers, without the arrays (wire.intake): what POST /samples
+    needs of a batch the worker will parse again."""
+    return wire.intake(doc, **_intake_limits())
+
+
+def _intake_limits() -> dict:
+    return {"now_s": time.time(), "max_samples": settings.INGEST_MAX_SAMPLES,
+            "max_future_s": settings.INGEST_MAX_FUTURE_S, "max_age_s": settings.INGEST_MAX_AGE_S}
 
 
 def _parse_stored(doc) -> wire.Batch:
@@ -212,7 +220,7 @@ def accept_samples(auth: SamplesAuth, body: bytes, content_encoding: str | None)
         return accept_batch(host, body, content_encoding)
     try:
         doc = parse_body(body, content_encoding)
-        batch = _parse_intake(doc)
+        batch = _check_intake(doc)
         spool_error = spool = None
         try:
             spool = wire.parse_spool_report(doc)
@@ -230,7 +238,7 @@ def accept_samples(auth: SamplesAuth, body: bytes, content_encoding: str | None)
     params = {
         "token": auth.token_hash, "id": batch.batch_id, "now": now, "n": batch.n,
         "payload": body, "gzip": (content_encoding or "").strip().lower() == "gzip",
-        "gpus": store.int_array(np.unique(batch.gpu_index).tolist()),
+        "gpus": store.int_array(batch.gpus),
         "version": batch.agent_version, "spool": spool is not None,
         "depth": spool[0] if spool else None, "age": spool[1] if spool else None,
         "stale": now - dt.timedelta(seconds=LAST_SEEN_RESOLUTION_S),

@@ -198,3 +198,147 @@ def test_the_default_sample_limit_fits_inside_the_default_body_limits(host, post
     r = post_batch(token, doc)
     assert r.status_code == 202, r.content
     assert r.json()["samples"] == limit
+
+
+# --- wire.intake: the web's check without arrays answers exactly as parse_batch --------------
+
+def _outcome(check, doc):
+    """What a check says of a document: the Intake's fields, or the FieldError's."""
+    try:
+        got = check(doc)
+    except FieldError as exc:
+        return ("error", exc.status, exc.field, exc.message)
+    except OverflowError:  # 10**400 as a Python int (JSON cannot carry it): as above
+        return ("OverflowError",)
+    if isinstance(got, wire.Batch):
+        return ("ok", got.batch_id, got.agent_version, got.n, sorted(set(got.gpu_index.tolist())))
+    return ("ok", got.batch_id, got.agent_version, got.n, got.gpus)
+
+
+def _same_answer(doc) -> tuple:
+    want = _outcome(lambda d: wire.parse_batch(d, **LIMITS), doc)
+    got = _outcome(lambda d: wire.intake(d, **LIMITS), doc)
+    assert got == want
+    return got
+
+
+def _sorted_by_tick(doc: dict) -> dict:
+    cols = doc["samples"]
+    order = sorted(range(len(cols["ts"])), key=lambda i: (cols["ts"][i], cols["gpu_index"][i]))
+    doc["samples"] = {k: [v[i] for i in order] for k, v in cols.items()}
+    return doc
+
+
+# Odd cells for any column: what float_cells holds, integers at and past the int64, uint32 and
+# GPU-index limits, a NaN or a 3.0 where an integer belongs, an unknown energy method.
+any_cells = st.one_of(float_cells, st.sampled_from([
+    -1, 0, 1023, 1024, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 3.0, "counter", "joules", [1],
+    {"a": 1}]))
+# Each column's bounds, and just past them.
+EDGES = {
+    **{name: [lo, hi, lo - 0.5, hi + 0.5]
+       for name, (lo, hi) in {**wire.FLOAT_FIELDS, **wire.OPTIONAL_FLOAT_FIELDS}.items()},
+    "ts": [NOW_S + 300, NOW_S + 300.5, NOW_S - 30 * 86400, NOW_S - 30 * 86400 - 0.5],
+    "gpu_index": [0, 1023, -1, 1024],
+    "energy_mj": [0, 2**63 - 1, -1, 2**63],
+    wire.THROTTLE_FIELD: [0, 2**32 - 1, -1, 2**32],
+    "energy_method": [None, "counter_gap", "Counter", ""],
+}
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(valid_batches(), st.booleans(), st.data())
+def test_intake_answers_as_parse_batch_does(doc, tick_major, data):
+    """The same Intake, or the same FieldError (status, field and message), for valid batches
+    in either order and for batches with odd cells, edge values, a reading repeated at one
+    instant, extra columns and odd top-level fields."""
+    if tick_major:  # the order the fast passes vouch for (valid_batches' GPUs are unsorted)
+        _sorted_by_tick(doc)
+    cols = doc["samples"]
+    n = len(cols["ts"])
+    names = data.draw(st.lists(st.sampled_from(sorted(wire.OPTIONAL_COLUMNS)), unique=True),
+                      label="optional columns")
+    for name in names:
+        cols[name] = [0 if name == wire.THROTTLE_FIELD else 1.0] * n
+    for _ in range(data.draw(st.integers(0, 2), label="odd cells")):
+        name = data.draw(st.sampled_from(sorted(cols)), label="column")
+        cols[name][data.draw(st.integers(0, n - 1), label="row")] = data.draw(
+            st.one_of(st.sampled_from(EDGES[name]), any_cells), label="value")
+    if n > 1 and data.draw(st.booleans(), label="a reading repeated"):
+        i, j = data.draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True))
+        cols["ts"][i], cols["gpu_index"][i] = cols["ts"][j], cols["gpu_index"][j]
+    if data.draw(st.integers(0, 3), label="odd top level") == 0:
+        key = data.draw(st.sampled_from(["batch_id", "agent_version", "sent_at", "source"]))
+        doc[key] = data.draw(st.sampled_from(
+            [None, "", "x" * 33, "a\x00b", 1.5, math.nan, "dcgm", "nope", str(uuid.uuid4())]))
+    _same_answer(doc)
+
+
+@FAST
+@given(st.one_of(
+    json_values,
+    st.fixed_dictionaries({"batch_id": st.just(str(uuid.uuid4())), "source": st.just("nvml"),
+                           "samples": st.dictionaries(column_names, json_values, max_size=12)}),
+))
+def test_intake_answers_any_json_document_as_parse_batch_does(doc):
+    _same_answer(doc)
+
+
+def test_intake_vouches_for_what_the_agent_sends(tmp_path):
+    """The agent's own batch (collectors' Agent over an 8-GPU fake NVML, with its spool report)
+    is vouched for by the fast passes, not sent through parse_batch -- else the web pays for
+    both -- and gives parse_batch's answer."""
+    from collectors import batch as agent_wire
+    from collectors.agent import Agent
+    from collectors.sources import NvmlSource
+    from collectors.spool import Spool
+    from tests.support.agent_fakes import FakeNvml
+
+    spool = Spool(tmp_path / "spool.db")
+    agent = Agent(NvmlSource(FakeNvml(n=8)), spool, shipper=None, interval_s=1.0,
+                  batch_seconds=10.0)
+    for _ in range(10):
+        agent.sample_once()
+    agent.seal_batch()
+    doc = agent_wire.decode(spool.payloads()[0])
+    spool.close()
+    limits = {**LIMITS, "now_s": time.time()}
+    assert len(doc["samples"]["ts"]) == 80
+    vouched = wire._vouch(doc, limits["now_s"], limits["max_samples"], limits["max_future_s"],
+                          limits["max_age_s"])
+    assert vouched == wire.intake(doc, **limits)
+    batch = wire.parse_batch(doc, **limits)
+    assert (vouched.batch_id, vouched.n, vouched.gpus) == (batch.batch_id, 80, list(range(8)))
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda c: c["ts"].__setitem__(2, c["ts"][0]),  # GPU 0 read twice at one instant
+    lambda c: c["power_w"].__setitem__(5, 10_001.0),
+    lambda c: c["energy_mj"].__setitem__(0, -1),
+    lambda c: c["energy_method"].__setitem__(1, "joules"),
+    lambda c: c.__setitem__("extra", [0] * len(c["ts"])),
+], ids=["same instant", "power", "energy_mj", "method", "unknown column"])
+def test_intake_names_the_same_field_as_parse_batch(mutate):
+    doc = _sorted_by_tick(make_batch(n_per_gpu=3, gpus=(0, 1), start=NOW_S - 100))
+    assert _same_answer(doc)[0] == "ok"
+    mutate(doc["samples"])
+    assert _same_answer(doc)[0] == "error"
+
+
+def test_intake_answers_every_columns_bounds_as_parse_batch_does():
+    """Each column at and just past its bounds, and a NaN or an infinity (a caller that builds
+    the document itself), in each row of an agent-ordered batch with every optional column:
+    answers the property test above draws only now and then."""
+    base = _sorted_by_tick(make_batch(n_per_gpu=2, gpus=(0, 1), start=NOW_S - 100))
+    n = len(base["samples"]["ts"])
+    for name in wire.OPTIONAL_COLUMNS:
+        base["samples"][name] = [0 if name == wire.THROTTLE_FIELD else 1.0] * n
+    answers = set()
+    for name, values in EDGES.items():
+        for value in [*values, math.nan, math.inf, -math.inf]:
+            for row in range(n):
+                doc = {**base, "samples": {k: list(v) for k, v in base["samples"].items()}}
+                doc["samples"][name][row] = value
+                answers.add(_same_answer(doc)[0])
+    assert answers == {"ok", "error"}
