@@ -160,12 +160,16 @@ json_values = st.recursive(
 column_names = st.sampled_from([*wire.REQUIRED_COLUMNS, *wire.OPTIONAL_COLUMNS, "extra"])
 
 
-@FAST
-@given(st.one_of(
+# Any JSON at all, and batch-shaped objects whose columns hold any JSON.
+any_documents = st.one_of(
     json_values,
     st.fixed_dictionaries({"batch_id": st.just(str(uuid.uuid4())), "source": st.just("nvml"),
                            "samples": st.dictionaries(column_names, json_values, max_size=12)}),
-))
+)
+
+
+@FAST
+@given(any_documents)
 def test_any_json_document_is_a_batch_or_a_field_error(doc):
     try:
         wire.parse_batch(doc, **LIMITS)
@@ -276,11 +280,7 @@ def test_intake_answers_as_parse_batch_does(doc, tick_major, data):
 
 
 @FAST
-@given(st.one_of(
-    json_values,
-    st.fixed_dictionaries({"batch_id": st.just(str(uuid.uuid4())), "source": st.just("nvml"),
-                           "samples": st.dictionaries(column_names, json_values, max_size=12)}),
-))
+@given(any_documents)
 def test_intake_answers_any_json_document_as_parse_batch_does(doc):
     _same_answer(doc)
 
