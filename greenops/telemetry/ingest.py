@@ -327,8 +327,10 @@ def _sent_direct() -> bool:
 
 def _text(value) -> bytes | None:
     """A parameter in PostgreSQL's text format (bytes as they are: the body goes in binary)."""
-    if value is None or type(value) is bytes:
-        return value
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
     if type(value) is bool:
         return b"t" if value else b"f"
     if isinstance(value, dt.datetime):
@@ -352,7 +354,9 @@ def _accept_direct(params: dict):
             for _ in range(2 if pgconn.transaction_status == IDLE else 0):
                 if conn not in _accept_prepared:
                     pgconn.send_prepare(_ACCEPT_NAME, _ACCEPT_POSITIONAL, _ACCEPT_TYPES)
-                    if conn.wait(generators.execute(pgconn))[-1].status != COMMAND_OK:
+                    prepared = conn.wait(generators.execute(pgconn))[-1]
+                    if prepared.status != COMMAND_OK and prepared.error_field(
+                            pq.DiagnosticField.SQLSTATE) != _STATEMENT_EXISTS:
                         break
                     _accept_prepared.add(conn)
                 pgconn.send_query_prepared(_ACCEPT_NAME, values, _ACCEPT_FORMATS)
@@ -371,6 +375,7 @@ def _accept_direct(params: dict):
 
 
 _NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: "prepared statement ... does not exist"
+_STATEMENT_EXISTS = b"42P05"  # duplicate_prepared_statement: prepared before, on this session
 COMMAND_OK, TUPLES_OK = pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK
 IDLE, CONNECTION_OK = pq.TransactionStatus.IDLE, pq.ConnStatus.OK
 

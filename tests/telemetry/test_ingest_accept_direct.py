@@ -62,7 +62,7 @@ def test_every_answer_of_the_accept_statement_comes_through_libpq(host, team, ap
         doc["batch_id"].replace("-", ""), h.id, 10, "pending")
 
 
-def test_a_statement_the_session_lost_is_prepared_again(host, app, kept_connection):  # noqa: F811
+def test_a_statement_the_session_lost_or_kept_is_used(host, app, kept_connection):  # noqa: F811
     _, token = host
     assert post(app, token, make_batch())[0] == 202
     assert connection.connection in ingest._accept_prepared
@@ -70,7 +70,11 @@ def test_a_statement_the_session_lost_is_prepared_again(host, app, kept_connecti
         cursor.execute("DEALLOCATE ALL")  # what a DISCARD ALL or a pooler's reset does
     with mock.patch.object(store, "server_bound_cursor", no_cursor):
         assert post(app, token, make_batch())[0] == 202
-    assert IngestBatch.objects.count() == 2
+        # The other way round: the session holds it, this process forgot (its PREPARE is then
+        # refused as a duplicate, and the statement used as it is).
+        ingest._accept_prepared.discard(connection.connection)
+        assert post(app, token, make_batch())[0] == 202
+    assert IngestBatch.objects.count() == 3
 
 
 def test_a_connection_postgresql_dropped_is_retried_on_a_fresh_one(host, app,  # noqa: F811
