@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 from celery.signals import task_prerun
-from django.db import OperationalError, connection, connections
+from django.db import OperationalError, connection
 
 from greenops.celery import app
+from tests.support.postgres import drop_backend
 
 
 @app.task(name="tests.noop")
@@ -23,12 +24,7 @@ def test_next_task_reconnects_after_the_server_dropped_the_connection():
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
-    killer = connections.create_connection("default")
-    try:
-        with killer.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-    finally:
-        killer.close()
+    drop_backend(pid)
 
     with pytest.raises(OperationalError), connection.cursor() as cursor:
         cursor.execute("SELECT 1")  # the failing task: raised outside any transaction

@@ -9,11 +9,12 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
-from django.db import InternalError, connection, connections, transaction
+from django.db import InternalError, connection, transaction
 
 from greenops.telemetry import ingest, store
 from greenops.telemetry.models import Host, IngestBatch
 from tests.support.factories import make_batch, make_host
+from tests.support.postgres import drop_backend
 from tests.telemetry.test_ingest_fast_path import app, call, gz  # noqa: F401 (app: a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)  # autocommit, as the endpoint runs
@@ -82,12 +83,7 @@ def test_a_connection_postgresql_dropped_is_retried_on_a_fresh_one(host, app,  #
     _, token = host
     assert post(app, token, make_batch())[0] == 202
     pid = connection.connection.info.backend_pid
-    killer = connections.create_connection("default")
-    try:
-        with killer.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-    finally:
-        killer.close()
+    drop_backend(pid)
     with mock.patch.object(store, "server_bound_cursor", no_cursor):
         assert post(app, token, make_batch())[0] == 202
     assert connection.connection.info.backend_pid != pid
