@@ -8,7 +8,7 @@ import logging
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import DataError, InterfaceError, OperationalError
+from django.db import DataError, InterfaceError, InternalError, OperationalError
 from django.http import Http404, HttpRequest
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -92,11 +92,26 @@ UNAVAILABLE_RETRY_AFTER_S = 5
 
 
 def on_database_down(request: HttpRequest, exc: Exception):
-    """PostgreSQL unreachable (restarting, failing over): 503 with Retry-After, not a 500 --
-    an agent keeps the batch in its spool and sends it again."""
+    """PostgreSQL unreachable (restarting, failing over) or taking no writes: 503 with
+    Retry-After, not a 500 -- an agent keeps the batch in its spool and sends it again."""
+    if not database_unavailable(exc):
+        raise exc  # any other InternalError: a server error, answered and logged as Django does
     return on_field_error(request, FieldError(
-        503, "unavailable", None, "the database is unreachable; try again shortly",
-        retry_after_s=UNAVAILABLE_RETRY_AFTER_S))
+        503, "unavailable", None, "the database is unreachable or not taking writes; try again "
+        "shortly", retry_after_s=UNAVAILABLE_RETRY_AFTER_S))
+
+
+# SQLSTATE read_only_sql_transaction: a write sent to a server that takes none -- a primary
+# demoted to a standby in a failover, or one set read-only -- which psycopg raises as an
+# InternalError. Like a server that does not answer, it passes: the request is sent again.
+READ_ONLY = "25006"
+
+
+def database_unavailable(exc: Exception) -> bool:
+    """PostgreSQL cannot serve the request now: unreachable, or taking no writes."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    return isinstance(exc, InternalError) and getattr(exc.__cause__, "sqlstate", None) == READ_ONLY
 
 
 def _no_nul(schema: dict) -> None:
@@ -123,6 +138,7 @@ def on_data_error(request: HttpRequest, exc: Exception):
 api.add_exception_handler(DataError, on_data_error)
 api.add_exception_handler(OperationalError, on_database_down)
 api.add_exception_handler(InterfaceError, on_database_down)
+api.add_exception_handler(InternalError, on_database_down)
 
 
 @api.exception_handler(Http404)

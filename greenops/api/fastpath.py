@@ -32,8 +32,6 @@ from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.exception import response_for_exception
 from django.core.handlers.wsgi import WSGIRequest
 from django.db import (
-    InterfaceError,
-    OperationalError,
     close_old_connections,
     connection,
     reset_queries,
@@ -41,14 +39,20 @@ from django.db import (
 from django.http import HttpRequest, HttpResponse
 from django.middleware.security import SecurityMiddleware
 
-from greenops.api.error_answers import on_database_down, on_field_error, on_too_big
+from greenops.api.error_answers import (
+    database_unavailable,
+    on_database_down,
+    on_field_error,
+    on_too_big,
+)
 from greenops.api.errorshape import shaped
 from greenops.errors import FieldError
 from greenops.telemetry import ingest
 
 SAMPLES_PATH = "/api/v1/samples"
-# What the API answers itself (the rest is a server error, answered as Django answers one).
-ANSWERED = (FieldError, RequestDataTooBig, OperationalError, InterfaceError)
+# What the API answers itself, with database_unavailable's errors (the rest is a server error,
+# answered as Django answers one).
+ANSWERED = (FieldError, RequestDataTooBig)
 
 
 def answer_samples(request: HttpRequest) -> HttpResponse:
@@ -66,7 +70,9 @@ def _answer(meta: dict, read_body, request_for) -> HttpResponse:
     try:
         auth = ingest.samples_auth(meta.get("HTTP_AUTHORIZATION"))
         answer = ingest.accept_samples(auth, read_body(), meta.get("HTTP_CONTENT_ENCODING"))
-    except ANSWERED as exc:
+    except Exception as exc:
+        if not isinstance(exc, ANSWERED) and not database_unavailable(exc):
+            raise
         return _sized(error_response(request_for(), exc))
     return accepted(answer)
 
@@ -84,7 +90,7 @@ def error_response(request: HttpRequest, exc: Exception) -> HttpResponse:
         return on_field_error(request, exc)
     if isinstance(exc, RequestDataTooBig):
         return on_too_big(request, exc)
-    return on_database_down(request, exc)  # PostgreSQL down: 503, Retry-After
+    return on_database_down(request, exc)  # PostgreSQL down or read-only: 503, Retry-After
 
 
 def _sized(response: HttpResponse) -> HttpResponse:

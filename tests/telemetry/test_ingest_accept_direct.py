@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from unittest import mock
 
+import psycopg
 import pytest
 from django.db import InternalError, connection, transaction
 
@@ -90,11 +91,14 @@ def test_a_connection_postgresql_dropped_is_retried_on_a_fresh_one(host, app,  #
     assert IngestBatch.objects.count() == 2
 
 
-def test_a_failure_postgresql_reports_is_raised_as_the_cursor_raises_it(host, kept_connection):
+def test_a_failure_postgresql_reports_is_raised_as_the_cursor_raises_it(host, app,  # noqa: F811
+                                                                      kept_connection):
+    """A server that takes no writes (a primary demoted in a failover, or set read-only): the
+    cursor's exception, and to the agent the API's 503 with Retry-After, on the fast path and
+    through Django's operation alike; nothing stored."""
     h, token = host
-    doc = make_batch()
     auth = ingest.samples_auth(f"Bearer {token}")
-    ingest.accept_samples(auth, gz(doc), "gzip")  # prepared on this connection
+    ingest.accept_samples(auth, gz(make_batch()), "gzip")  # prepared on this connection
     with connection.cursor() as cursor:
         cursor.execute("SET default_transaction_read_only = on")
     try:
@@ -103,10 +107,37 @@ def test_a_failure_postgresql_reports_is_raised_as_the_cursor_raises_it(host, ke
                 pytest.raises(InternalError, match="read-only transaction"):
             ingest.accept_samples(auth, gz(make_batch()), "gzip")
         assert cursor_used.call_count == 1  # libpq's failure, then the cursor's exception
+        status, headers, answer = call(app, body=gz(make_batch()), token=token,
+                                       HTTP_CONTENT_ENCODING="gzip")
+        assert (status, answer["error"], headers["Retry-After"]) == (503, "unavailable", "5")
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET default_transaction_read_only")
     assert IngestBatch.objects.count() == 1
+
+
+@pytest.mark.parametrize("path, function", [("/api/v1/samples", "accept_samples"),
+                                            ("/api/v1/inventory", "register_inventory")])
+def test_through_djangos_operations_a_read_only_database_is_a_503(host, client, settings, path,
+                                                                   function):
+    """The samples operation answers it itself, any other operation through the API's
+    handler (greenops.api.error_answers); another InternalError stays a server error."""
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    _, token = host
+    body = gz(make_batch()) if function == "accept_samples" else gz(
+        {"gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3"}]})
+    read_only = InternalError("cannot execute INSERT in a read-only transaction")
+    read_only.__cause__ = psycopg.errors.ReadOnlySqlTransaction()
+    client.raise_request_exception = False
+    for exc, want in ((read_only, (503, "unavailable")),
+                      (InternalError("some other internal error"), (500, "server_error"))):
+        with mock.patch.object(ingest, function, side_effect=exc):
+            r = client.post(path, body, content_type="application/json",
+                            HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_CONTENT_ENCODING="gzip")
+        assert (r.status_code, r.json()["error"]) == want, exc
+        if r.status_code == 503:
+            assert r["Retry-After"] == "5"
+    assert IngestBatch.objects.count() == 0
 
 
 def test_what_watches_queries_still_sees_the_accept_statement(host, settings):
