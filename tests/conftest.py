@@ -6,6 +6,8 @@ access test against someone who must not see it.
 
 from __future__ import annotations
 
+import fcntl
+import shutil
 import subprocess
 import sys
 
@@ -247,13 +249,25 @@ def page(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def sqlite_migrated(tmp_path_factory):
+def sqlite_migrated(tmp_path_factory, worker_id):
     """A database of the embedded default (SQLite) with every migration applied, made once per
-    session (per xdist worker). Tests that need a migrated SQLite database start from a copy,
-    `embedded_env(tmp_path, sqlite_migrated)`; a newcomer's first start
-    (tests/core/test_embedded_default.py's demo test) still migrates from nothing."""
-    folder = tmp_path_factory.mktemp("sqlite-migrated")
-    out = subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT,
-                         env=embedded_env(folder), capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
+    run and shared by its xdist workers (the first to need it migrates, under a file lock; the
+    others wait for it and copy it). Tests that need a migrated SQLite database start from a
+    copy, `embedded_env(tmp_path, sqlite_migrated)`, and never write to this file; a newcomer's
+    first start (tests/core/test_embedded_default.py's demo test) still migrates from nothing.
+    Migrating takes ~20 s of a core on a 2-core machine."""
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent  # pytest-of-<user>/pytest-<N>/: the run's folder, above each worker's
+    folder = root / "sqlite-migrated"
+    with open(root / "sqlite-migrated.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "migrated").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker's failed attempt
+            folder.mkdir()
+            out = subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT,
+                                 env=embedded_env(folder), capture_output=True, text=True,
+                                 timeout=600)
+            assert out.returncode == 0, out.stdout + out.stderr
+            (folder / "migrated").touch()
     return folder / DB_FILE
