@@ -281,8 +281,15 @@ def test_redis_restart_during_ingest(stack, tmp_path):
     # reconnects with Celery's growing backoff (2 s, then 4, 6, ...). Under the whole suite's
     # load one such run took over 30 s; what is asserted is that storing resumes, with nothing
     # lost (below), so the wait is generous.
-    wait_for("the worker to store again after the broker came back",
-             lambda: stored(stack, host_id) > before, 90, step=0.3)
+    try:
+        wait_for("the worker to store again after the broker came back",
+                 lambda: stored(stack, host_id) > before, 90, step=0.3)
+    except AssertionError as exc:
+        # Once, under the whole suite's load, the worker stored nothing for 90 s after the
+        # restart (Celery 5.7 / kombu 5.7 on Redis; celery/celery#10205 reports a worker that
+        # reconnects and never consumes again): keep what the worker said, to tell which.
+        raise AssertionError(f"{exc}\n--- worker.log (tail) ---\n"
+                             f"{stack.worker.output()[-4000:]}") from None
     finish(stack, host_id, agent)
     check_exactly_once(stack, host_id, dict(agent.reads(1)))
 
