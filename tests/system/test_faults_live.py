@@ -281,15 +281,22 @@ def test_redis_restart_during_ingest(stack, tmp_path):
     # reconnects with Celery's growing backoff (2 s, then 4, 6, ...). Under the whole suite's
     # load one such run took over 30 s; what is asserted is that storing resumes, with nothing
     # lost (below), so the wait is generous.
-    try:
-        wait_for("the worker to store again after the broker came back",
-                 lambda: stored(stack, host_id) > before, 90, step=0.3)
-    except AssertionError as exc:
-        # Once, under the whole suite's load, the worker stored nothing for 90 s after the
-        # restart (Celery 5.7 / kombu 5.7 on Redis; celery/celery#10205 reports a worker that
-        # reconnects and never consumes again): keep what the worker said, to tell which.
-        raise AssertionError(f"{exc}\n--- worker.log (tail) ---\n"
-                             f"{stack.worker.output()[-4000:]}") from None
+    # Or the worker exits: Celery 5.7.0 closes the broken broker connection after collecting
+    # it, so with a task delivered and not yet acknowledged (the suite's load makes that likely)
+    # restoring it reads the collected transport, raises AttributeError and the worker stops
+    # with "Unrecoverable error" and exit status 1. docker-compose.yml runs the worker with
+    # `restart: unless-stopped`, so production starts it again; so does this test. A worker
+    # that neither stores nor exits fails here.
+    worker = stack.worker.proc
+    wait_for("the worker to store again after the broker came back, or to exit",
+             lambda: stored(stack, host_id) > before or worker.poll() is not None, 90, step=0.3)
+    if worker.poll() is not None:
+        log = stack.worker.output()
+        assert worker.returncode != 0 and "Unrecoverable error" in log, log[-4000:]
+        print(f"the worker exited with status {worker.returncode}; started again")
+        stack.worker.start()  # what the supervisor does
+        wait_for("the restarted worker to store", lambda: stored(stack, host_id) > before, 90,
+                 step=0.3)
     finish(stack, host_id, agent)
     check_exactly_once(stack, host_id, dict(agent.reads(1)))
 
