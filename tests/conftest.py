@@ -83,6 +83,13 @@ def reset_to_migrated(self) -> None:
             # Every foreign key is DEFERRABLE INITIALLY DEFERRED (Django's own; the schema has
             # no other), so the order of the DELETEs does not matter within the transaction.
             cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+            # A process the test started (a worker finishing a task, a web thread) may still
+            # write. Lock every table first, as TRUNCATE would: otherwise a row committed
+            # between two DELETEs (a host's terms period after costs_hosttermsperiod was
+            # emptied, before telemetry_host) failed the deferred foreign key at COMMIT.
+            cursor.execute("SET LOCAL lock_timeout = '60s'")
+            cursor.execute("LOCK TABLE " + ", ".join(f'"{t}"' for t in tables)
+                           + " IN ACCESS EXCLUSIVE MODE")
             for table in tables:
                 cursor.execute(f'DELETE FROM "{table}"')
             for table in _KEPT.get(alias, ()):
