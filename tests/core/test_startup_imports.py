@@ -17,15 +17,10 @@ import os, sys
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "greenops.settings")
 import django
 django.setup()
-import greenops.urls, greenops.celery
-from django.apps import apps
-for config in apps.get_app_configs():  # what the worker's autodiscovery loads
-    if config.name.startswith("greenops."):
-        try:
-            __import__(config.name + ".tasks")
-        except ModuleNotFoundError as exc:
-            if exc.name != config.name + ".tasks":
-                raise
+import greenops.urls
+from greenops.celery import app
+app.loader.import_default_modules()  # what a worker imports at start: every app's tasks
+assert "greenops.reports.tasks" in sys.modules
 print(",".join(sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))))
 """
 
