@@ -287,16 +287,23 @@ def test_redis_restart_during_ingest(stack, tmp_path):
     # with "Unrecoverable error" and exit status 1. docker-compose.yml runs the worker with
     # `restart: unless-stopped`, so production starts it again; so does this test. A worker
     # that neither stores nor exits fails here.
+    def wait_with_the_log(what: str, predicate) -> None:
+        try:
+            wait_for(what, predicate, 90, step=0.3)
+        except AssertionError as exc:  # what the worker said tells a hang from a crash
+            raise AssertionError(f"{exc}\n--- worker.log (tail) ---\n"
+                                 f"{stack.worker.output()[-4000:]}") from None
+
     worker = stack.worker.proc
-    wait_for("the worker to store again after the broker came back, or to exit",
-             lambda: stored(stack, host_id) > before or worker.poll() is not None, 90, step=0.3)
+    wait_with_the_log("the worker to store again after the broker came back, or to exit",
+                      lambda: stored(stack, host_id) > before or worker.poll() is not None)
     if worker.poll() is not None:
         log = stack.worker.output()
         assert worker.returncode != 0 and "Unrecoverable error" in log, log[-4000:]
         print(f"the worker exited with status {worker.returncode}; started again")
         stack.worker.start()  # what the supervisor does
-        wait_for("the restarted worker to store", lambda: stored(stack, host_id) > before, 90,
-                 step=0.3)
+        wait_with_the_log("the restarted worker to store",
+                          lambda: stored(stack, host_id) > before)
     finish(stack, host_id, agent)
     check_exactly_once(stack, host_id, dict(agent.reads(1)))
 
