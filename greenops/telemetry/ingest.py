@@ -701,33 +701,23 @@ def _store_group(mine: uuid.UUID | None) -> tuple[int | None, int, bool]:
         cursor.execute(_GPUS_OF_HOSTS, {"hosts": store.int_array({row[1] for row in claimed})})
         for host_id, index, gpu_id in cursor.fetchall():
             gpus.setdefault(host_id, {})[index] = gpu_id
-        parts, stored, failed = [], [], []
-        for batch_uuid, host_id, payload, gzip_encoded, _, _ in claimed:
-            try:
-                doc = parse_json(decode_body(bytes(payload), gzip_encoded, 1 << 40))
-                batch = _parse_stored(doc)
-                gpu_ids = gpus.get(host_id, {})
-                wire.check_gpu_indices(batch, set(gpu_ids))  # a GPU may have gone since
-            except FieldError as exc:
-                failed.append((batch_uuid, exc.message))
-                continue
-            parts.append(store.batch_columns(batch, gpu_ids) + (batch.n,))
-            stored.append((batch_uuid, host_id, batch))
-        inserted = store.store_group(parts) if parts else []
-        _mark_late(stored, inserted)
+        stored, failed, columns, built = _group_columns(claimed, gpus)
+        inserted = store.store_group(*built, columns.counts) if stored else []
+        _mark_late([(*batch, *span) for batch, span in zip(stored, columns.spans, strict=True)],
+                   inserted)
         now = timezone.now()
         if stored:
             cursor.execute(
                 "UPDATE telemetry_ingestbatch AS b SET status = 'done', inserted = v.k, "
                 "payload = '', processed_at = %s "
                 "FROM unnest(%s::uuid[], %s::integer[]) AS v(id, k) WHERE b.id = v.id",
-                [now, [u for u, _, _ in stored], inserted],
+                [now, [u for u, _ in stored], inserted],
             )
         for batch_uuid, message in failed:  # a GPU was removed between acceptance and now
             IngestBatch.objects.filter(id=batch_uuid).update(
                 status=IngestBatch.Status.FAILED, error=message, payload=b"", processed_at=now
             )
-    results = {u: k for (u, _, _), k in zip(stored, inserted, strict=True)}
+    results = {u: k for (u, _), k in zip(stored, inserted, strict=True)}
     results.update({u: 0 for u, _ in failed})
     # Full: it got all it asked for and the head of the queue held more (or as many as it
     # reads), so more may be pending.
@@ -735,19 +725,59 @@ def _store_group(mine: uuid.UUID | None) -> tuple[int | None, int, bool]:
     return results.get(mine), len(claimed), full
 
 
-def _mark_late(stored: list[tuple[uuid.UUID, int, wire.Batch]], inserted: list[int]) -> None:
+def _group_columns(claimed: list, gpus: dict[int, dict[int, int]]):
+    """The claimed batches read for one COPY: (stored, failed, columns, built). stored: (id,
+    host id) of each batch to store, in `columns`' positions; failed: (id, why) of each that
+    cannot be -- a body that does not parse, or a GPU removed since the batch was accepted;
+    built: columns.build(), or None when nothing is stored."""
+    bodies = []
+    for batch_uuid, host_id, payload, gzip_encoded, _, _ in claimed:
+        try:
+            doc = parse_json(decode_body(bytes(payload), gzip_encoded, 1 << 40))
+        except FieldError as exc:
+            doc = exc
+        bodies.append((batch_uuid, host_id, doc))
+    try:
+        return _gather(bodies, gpus, join=True)
+    except store.NotGrouped:  # a joined body did not convert: read every batch alone
+        return _gather(bodies, gpus, join=False)
+
+
+def _gather(bodies: list, gpus: dict[int, dict[int, int]], join: bool):
+    columns, stored, failed = store.GroupColumns(), [], []
+    for batch_uuid, host_id, doc in bodies:
+        if isinstance(doc, FieldError):
+            failed.append((batch_uuid, doc.message))
+            continue
+        gpu_ids = gpus.get(host_id, {})
+        try:
+            if not join:
+                raise store.NotGrouped
+            columns.add(doc, gpu_ids)
+        except store.NotGrouped:  # read alone: names an unknown GPU, reads a legacy body
+            try:
+                batch = _parse_stored(doc)
+                wire.check_gpu_indices(batch, set(gpu_ids))  # a GPU may have gone since
+            except FieldError as exc:
+                failed.append((batch_uuid, exc.message))
+                continue
+            columns.add_batch(batch, gpu_ids)
+        stored.append((batch_uuid, host_id))
+    return stored, failed, columns, columns.build() if stored else None
+
+
+def _mark_late(stored: list[tuple[uuid.UUID, int, int, int]], inserted: list[int]) -> None:
     """Mark the hours of the group's late batches that added samples (late.py), in one query for
     their teams and one INSERT: an agent draining its spool after an outage sends a group of
     late batches, and a query and an INSERT for each was a third of the worker's time then.
-    Live batches cost nothing here."""
+    Live batches cost nothing here. `stored`: (batch id, host id, first and last sample's
+    time in microseconds) per batch."""
     # late.is_late for each batch, as one integer comparison: the hour the next rollup reaches
     # is whole, so a batch is late exactly when its first sample is before it.
     reach_us = int(late.reach(timezone.now()).timestamp()) * 1_000_000
-    spans = []
-    for (_, host_id, batch), k in zip(stored, inserted, strict=True):
-        first_us = int(batch.ts_us.min())
-        if k and first_us < reach_us:
-            spans.append((host_id, _from_us(first_us), _from_us(int(batch.ts_us.max()))))
+    spans = [(host_id, _from_us(first_us), _from_us(last_us))
+             for (_, host_id, first_us, last_us), k in zip(stored, inserted, strict=True)
+             if k and first_us < reach_us]
     if spans:
         teams = dict(Host.objects.filter(id__in={host_id for host_id, _, _ in spans})
                      .values_list("id", "team_id"))

@@ -17,6 +17,7 @@ import psycopg
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
+from greenops.telemetry import wire
 from greenops.telemetry.wire import Batch
 
 PG_EPOCH_OFFSET_US = 946_684_800 * 1_000_000  # 1970-01-01 -> 2000-01-01
@@ -432,24 +433,155 @@ UNION ALL SELECT -1, count(*) FROM ins""")
 # sample went in, each batch is credited all of its samples, which is what the join would say.
 
 
-def store_group(parts: list[tuple[dict, dict, int]]) -> list[int]:
-    """PostgreSQL group commit: store several batches' columns (from batch_columns) with one COPY
-    and one INSERT ... ON CONFLICT in the caller's transaction; return the samples new per part.
+class NotGrouped(Exception):
+    """A stored body GroupColumns cannot take as it is: parse it alone (ingest._parse_stored)."""
+
+
+_FLOAT_NAMES = (*wire.FLOAT_FIELDS, *wire.OPTIONAL_FLOAT_FIELDS)  # Batch.floats' order
+_GROUP_REQUIRED = frozenset(wire.REQUIRED_COLUMNS)
+_OPTIONAL = frozenset(wire.OPTIONAL_COLUMNS)
+# The columns every batch has, joined as sent; gpu_index is joined as database ids (gpu_id).
+_JOINED_AS_SENT = tuple(name for name in wire.REQUIRED_COLUMNS if name != "gpu_index")
+_JOINED = (*_JOINED_AS_SENT, "gpu_id")
+
+
+class GroupColumns:
+    """The columns of a group's batches, built once for the whole group.
+
+    Parsing each batch (wire.parse_validated, then batch_columns) and joining the results cost
+    some forty numpy calls a batch: at the agent's 80 samples per POST that fixed cost, not the
+    values, was most of the worker's Python per batch. Here the batches' JSON lists are joined
+    first (list +=, in C) and converted once, into the same values and null masks -- so the
+    same COPY stream -- as parsing them one by one (tests/telemetry/test_group_columns.py).
+
+    add() takes a body the API stored (parse_validated's input) whose every GPU index the host
+    has, and raises NotGrouped for anything else; the caller then parses that batch alone,
+    which names an unknown GPU or reads a legacy body, and hands it to add_batch(). build()
+    raises NotGrouped when the joined lists do not convert (a body that is not what the API
+    stores): the caller then parses every batch of the group alone."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []  # samples per batch, by position in the group
+        self._lists: dict[str, list] = {name: [] for name in _JOINED}
+        self._optional: dict[str, list] = {}  # optional columns some joined batch sent
+        self._simulated: list[bool] = []  # per joined batch
+        self._joined: list[int] = []  # positions of the joined batches
+        self._n_joined = 0  # samples in the joined lists
+        self._alone: list[tuple[int, dict, dict]] = []  # (position, values, nulls): add_batch
+        self.spans: list[tuple[int, int]] = []  # by position, once built
+
+    def add(self, doc: dict, gpu_ids: dict[int, int]) -> None:
+        try:
+            samples = doc["samples"]
+            n = len(samples["ts"])
+            if (n == 0 or not samples.keys() >= _GROUP_REQUIRED
+                    or any(len(column) != n for column in samples.values())):
+                raise NotGrouped
+            gpu_id = list(map(gpu_ids.__getitem__, samples["gpu_index"]))  # KeyError: unknown
+            simulated = doc["source"] == "simulated"
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise NotGrouped from exc
+        lists = self._lists
+        for name in _JOINED_AS_SENT:
+            lists[name] += samples[name]
+        lists["gpu_id"] += gpu_id
+        for name, column in self._optional.items():
+            column += samples.get(name) or [None] * n
+        for name in _OPTIONAL.intersection(samples).difference(self._optional):
+            self._optional[name] = [None] * self._n_joined + samples[name]
+        self._simulated.append(simulated)
+        self._joined.append(len(self.counts))
+        self.counts.append(n)
+        self._n_joined += n
+
+    def add_batch(self, batch: Batch, gpu_ids: dict[int, int]) -> None:
+        """A batch parsed alone, at the next position in the group."""
+        values, nulls = batch_columns(batch, gpu_ids)
+        self._alone.append((len(self.counts), values, nulls))
+        self.counts.append(batch.n)
+
+    def build(self) -> tuple[dict, dict]:
+        """(values, nulls) for copy_binary with GROUP_COLUMNS: every batch's rows, batch_no its
+        position in the group. Sets `spans`: each batch's first and last sample time (µs)."""
+        parts = []
+        spans: list[tuple[int, int]] = [(0, 0)] * len(self.counts)
+        if self._joined:
+            try:
+                values, nulls = self._joined_columns()
+            except (KeyError, TypeError, ValueError, OverflowError) as exc:
+                raise NotGrouped from exc
+            counts = [self.counts[i] for i in self._joined]
+            values["batch_no"] = np.repeat(np.array(self._joined, dtype=np.int32), counts)
+            starts = np.cumsum([0, *counts[:-1]])
+            firsts = np.minimum.reduceat(values["ts"], starts).tolist()
+            lasts = np.maximum.reduceat(values["ts"], starts).tolist()
+            for position, first, last in zip(self._joined, firsts, lasts, strict=True):
+                spans[position] = (first, last)
+            parts.append((values, nulls))
+        for position, values, nulls in self._alone:
+            values["batch_no"] = np.full(self.counts[position], position, dtype=np.int32)
+            spans[position] = (int(values["ts"].min()), int(values["ts"].max()))
+            parts.append((values, nulls))
+        self.spans = spans
+        if len(parts) == 1:
+            return parts[0]
+        return ({name: np.concatenate([v[name] for v, _ in parts]) for name in parts[0][0]},
+                {name: np.concatenate([nl[name] for _, nl in parts]) for name in parts[0][1]})
+
+    def _joined_columns(self) -> tuple[dict, dict]:
+        lists, optional, total = self._lists, self._optional, self._n_joined
+        ts = np.array(lists["ts"], dtype=np.float64)
+        values: dict[str, np.ndarray] = {
+            "gpu_id": np.array(lists["gpu_id"], dtype=np.int64),
+            "ts": np.round(ts * 1_000_000).astype(np.int64),
+            "simulated": np.repeat(np.array(self._simulated, dtype=bool),
+                                   [self.counts[i] for i in self._joined]),
+        }
+        nulls: dict[str, np.ndarray] = {}
+        values["energy_mj"], nulls["energy_mj"] = _int_column(lists["energy_mj"])
+        method = np.array(list(map(wire.ENERGY_METHODS.__getitem__, lists["energy_method"])),
+                          dtype=np.int16)
+        values["energy_method"], nulls["energy_method"] = method, method == 0
+        if wire.THROTTLE_FIELD in optional:
+            values["throttle_reasons"], nulls["throttle_reasons"] = _int_column(
+                optional[wire.THROTTLE_FIELD])
+        else:  # no batch sent it: unknown for every sample
+            values["throttle_reasons"] = np.zeros(total, dtype=np.int64)
+            nulls["throttle_reasons"] = np.ones(total, dtype=bool)
+        names = [name for name in _FLOAT_NAMES if name in lists or name in optional]
+        matrix = np.array([lists[name] if name in lists else optional[name] for name in names],
+                          dtype=np.float64)  # null -> NaN
+        missing = np.isnan(matrix)
+        for i, name in enumerate(names):
+            values[name], nulls[name] = matrix[i], missing[i]
+        if len(names) < len(_FLOAT_NAMES):  # a metric no batch sent: one shared all-null column
+            absent, unknown = np.full(total, np.nan), np.ones(total, dtype=bool)
+            for name in _FLOAT_NAMES:
+                values.setdefault(name, absent)
+                nulls.setdefault(name, unknown)
+        return values, nulls
+
+
+def _int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """An integer JSON column (nulls allowed) as int64 values and a null mask."""
+    if None not in values:
+        return np.array(values, dtype=np.int64), np.zeros(len(values), dtype=bool)
+    null = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+    return np.array([0 if v is None else v for v in values], dtype=np.int64), null
+
+
+def store_group(values: dict, nulls: dict, counts: list[int]) -> list[int]:
+    """PostgreSQL group commit: store several batches' rows (GroupColumns.build: values and null
+    masks, batch_no each row's batch) with one COPY and one INSERT ... ON CONFLICT in the
+    caller's transaction; return the samples new per batch (`counts`: each batch's samples).
     One group per transaction: the stage empties at commit (ON COMMIT DELETE ROWS).
 
     This is what makes small batches cheap: 80-sample batches cost a COPY, a move and a commit
     each, and those round trips, not the rows, were the bulk of the worker's time."""
-    names = [name for name, _ in SAMPLE_COLUMNS]
-    values = {name: np.concatenate([v[name] for v, _, _ in parts]) for name in names}
-    values["batch_no"] = np.repeat(np.arange(len(parts), dtype=np.int32),
-                                   [n for _, _, n in parts])
-    # batch_columns gives every batch the same null masks (a column the agent did not send is
-    # all NaN, so all null), so the group's masks are the batches' masks end to end.
-    nulls = {name: np.concatenate([nl[name] for _, nl, _ in parts]) for name in parts[0][1]}
     total = int(values["batch_no"].size)
     payload = copy_binary(values, nulls, total, GROUP_COLUMNS)
     group_list = ", ".join(name for name, _ in GROUP_COLUMNS)
-    inserted = [0] * len(parts)
+    inserted = [0] * len(counts)
     # Prepared: planning the group statement cost 3 ms a group, and its plan is the same for
     # a group of 80 samples and of 8,000 (EXPLAIN: only hash against merge joins and
     # aggregates over the group's minutes differ).
@@ -459,12 +591,12 @@ def store_group(parts: list[tuple[dict, dict, int]]) -> list[int]:
         with cursor.copy(copy_sql) as cp:
             cp.write(payload)
         if _move_staged(cursor, total, _PG_GROUP_NEW, _PG_GROUP_MOVE, {"staged": total}):
-            return [n for _, _, n in parts]
+            return list(counts)
         for batch_no, count in cursor.fetchall():
             if batch_no >= 0:
                 inserted[batch_no] = count
             elif count == total:  # every staged sample went in: the join was skipped
-                inserted = [n for _, _, n in parts]
+                inserted = list(counts)
     return inserted
 
 
