@@ -96,6 +96,33 @@ def test_a_batch_is_answered_before_djangos_handler_with_the_security_headers(ho
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("https", [False, True])
+def test_the_202_carries_the_headers_the_response_and_the_middleware_gave_it(
+        host, settings, monkeypatch, https):
+    """The 202 is written without an HttpResponse or the middleware's pass (their headers are
+    prepared once): the same headers as accepted() built and SecurityMiddleware added, HSTS on
+    https included."""
+    from django.middleware.security import SecurityMiddleware
+
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.SECURE_HSTS_SECONDS, settings.SECURE_HSTS_PRELOAD = 31_536_000, True
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    monkeypatch.setattr(ingest, "_kick", lambda task, batch_id: None)
+    app = fastpath.SamplesFirst(refuse)  # its middleware made under these settings
+    _, token = host
+    proto = {"HTTP_X_FORWARDED_PROTO": "https"} if https else {}
+    status, headers, answer = call(app, body=gz(make_batch()), token=token,
+                                   HTTP_CONTENT_ENCODING="gzip", **proto)
+    assert status == 202
+    request = RequestFactory().post(fastpath.SAMPLES_PATH, **proto)
+    want = SecurityMiddleware(refuse).process_response(request, fastpath.accepted(answer))
+    assert headers == dict(want.items())
+    assert ("Strict-Transport-Security" in headers) is https
+    assert headers["Strict-Transport-Security" if https else "Content-Type"] == (
+        "max-age=31536000; preload" if https else "application/json")
+
+
+@pytest.mark.django_db(transaction=True)
 def test_errors_on_the_fast_path_are_the_house_errors(host, app):
     _, token = host
     with mock.patch.object(BaseHandler, "get_response", refuse):
