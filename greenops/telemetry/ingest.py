@@ -457,7 +457,8 @@ def _redis():
 # out and its one-line answer comes back on the connection's socket itself: through the
 # connection's send_command and read_response (its encoder, its checks, its reply parser) the SET
 # cost 19-20 us of CPU in a one-thread loop against 12 us this way (a diagnostic, 2026-12-05;
-# hiredis's parser changed nothing). redis-py still opens the connection (AUTH, the database, TLS) and closes it.
+# hiredis's parser changed nothing). redis-py still opens the connection (AUTH, the database,
+# TLS) and closes it.
 _kick_connections = threading.local()
 _SET_NX_HEAD = b"*6\r\n$3\r\nSET\r\n$%d\r\n%s\r\n" % (len(KICK_KEY), KICK_KEY.encode())
 _SET_NX_TAIL = b"$2\r\nNX\r\n$2\r\nEX\r\n$%d\r\n%d\r\n" % (len(str(KICK_TTL_S)), KICK_TTL_S)
