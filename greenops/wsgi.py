@@ -11,6 +11,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "greenops.settings")
 # sample batches are answered before Django's handler (greenops/api/fastpath.py).
 django_application = get_wsgi_application()
 from greenops.api.fastpath import SamplesFirst  # noqa: E402 (it needs the apps loaded)
+from greenops.celery import prepare_publishing  # noqa: E402
 
 application = behind_proxies(SamplesFirst(django_application))
 
@@ -22,4 +23,5 @@ application = behind_proxies(SamplesFirst(django_application))
 # After gc.freeze() a full collection walks only what requests allocate (14-32 ms measured in
 # bench/dashboard's process, whose pages build large figures).
 get_resolver().url_patterns  # noqa: B018 (the import is the point)
+prepare_publishing()  # Celery's, before the first agent POST queues a store task
 gc.freeze()
