@@ -642,9 +642,13 @@ _CLAIM = """
 _NO_BATCH = uuid.UUID(int=0)
 # The GPUs of the group's hosts. Raw and prepared, as the claims: the ORM spent more CPU building
 # this query than PostgreSQL spent answering it, once per group.
+# With each host's team, for marking late hours (an agent draining its spool after an outage
+# sends group after group of late batches: a query of its own per group cost the worker a tenth
+# of its CPU in bench/ingest, whose hours-long series is late in part).
 _GPUS_OF_HOSTS = f"""
-    SELECT host_id, "index", id FROM {Gpu._meta.db_table}
-    WHERE host_id = ANY(%(hosts)s::bigint[])
+    SELECT g.host_id, g."index", g.id, h.team_id
+    FROM {Gpu._meta.db_table} g JOIN {Host._meta.db_table} h ON h.id = g.host_id
+    WHERE g.host_id = ANY(%(hosts)s::bigint[])
 """
 
 # How long one store task keeps claiming batches that arrive while it works. Meanwhile the Redis
@@ -730,12 +734,14 @@ def _store_group(mine: uuid.UUID | None) -> tuple[int | None, int, bool]:
             return None, 0, False
         gpus: dict[int, dict[int, int]] = {}
         cursor.execute(_GPUS_OF_HOSTS, {"hosts": store.int_array({row[1] for row in claimed})})
-        for host_id, index, gpu_id in cursor.fetchall():
+        teams: dict[int, int] = {}
+        for host_id, index, gpu_id, team_id in cursor.fetchall():
             gpus.setdefault(host_id, {})[index] = gpu_id
+            teams[host_id] = team_id
         stored, failed, columns, built = _group_columns(claimed, gpus)
         inserted = store.store_group(*built, columns.counts) if stored else []
         _mark_late([(*batch, *span) for batch, span in zip(stored, columns.spans, strict=True)],
-                   inserted)
+                   inserted, teams)
         now = timezone.now()
         if stored:
             cursor.execute(
@@ -797,22 +803,21 @@ def _gather(bodies: list, gpus: dict[int, dict[int, int]], join: bool):
     return stored, failed, columns, columns.build() if stored else None
 
 
-def _mark_late(stored: list[tuple[uuid.UUID, int, int, int]], inserted: list[int]) -> None:
-    """Mark the hours of the group's late batches that added samples (late.py), in one query for
-    their teams and one INSERT: an agent draining its spool after an outage sends a group of
-    late batches, and a query and an INSERT for each was a third of the worker's time then.
-    Live batches cost nothing here. `stored`: (batch id, host id, first and last sample's
-    time in microseconds) per batch."""
+def _mark_late(stored: list[tuple[uuid.UUID, int, int, int]], inserted: list[int],
+               teams: dict[int, int]) -> None:
+    """Mark the hours of the group's late batches that added samples (late.py), in one INSERT:
+    an agent draining its spool after an outage sends a group of late batches, and a query and
+    an INSERT for each was a third of the worker's time then. Live batches cost nothing here.
+    `stored`: (batch id, host id, first and last sample's time in microseconds) per batch;
+    `teams`: each host's team."""
     # late.is_late for each batch, as one integer comparison: the hour the next rollup reaches
     # is whole, so a batch is late exactly when its first sample is before it.
     reach_us = int(late.reach(timezone.now()).timestamp()) * 1_000_000
-    spans = [(host_id, _from_us(first_us), _from_us(last_us))
+    spans = [(teams[host_id], _from_us(first_us), _from_us(last_us))
              for (_, host_id, first_us, last_us), k in zip(stored, inserted, strict=True)
              if k and first_us < reach_us]
     if spans:
-        teams = dict(Host.objects.filter(id__in={host_id for host_id, _, _ in spans})
-                     .values_list("id", "team_id"))
-        late.mark_many([(teams[host_id], first, last) for host_id, first, last in spans])
+        late.mark_many(spans)
 
 
 def _from_us(us: int) -> dt.datetime:
