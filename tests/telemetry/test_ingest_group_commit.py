@@ -318,3 +318,25 @@ def test_the_worker_statements_are_prepared_once_per_connection(team):
                    "UPDATE telemetry_ingestbatch AS b SET status = 'done'"):
         assert any(n > before.get(s, 0) for s, n in after.items() if marker in s), marker
     assert GpuSample.objects.count() == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_column_no_batch_of_the_group_sent_is_stored_null(team):
+    """The group's COPY leaves out columns null in every row (store.store_group): they must be
+    stored null -- not a default -- beside a column only some batches sent."""
+    host, _ = make_host(team, name="narrow", gpus=1)
+    t0 = float(int(time.time()) - 600)
+    sent = make_batch(n_per_gpu=2, gpus=(0,), start=t0)
+    sent["samples"]["mem_util_pct"] = [41.5, None]
+    sent["samples"]["throttle_reasons"] = [4, 0]
+    ids = [pend(host, sent), pend(host, make_batch(n_per_gpu=2, gpus=(0,), start=t0 + 2))]
+    assert ingest.process_pending(ids[0]) == 2
+    rows = list(GpuSample.objects.order_by("ts").values_list(
+        "mem_util_pct", "throttle_reasons", "nvlink_tx_kib_s", "energy_j"))
+    assert rows == [(41.5, 4, None, None), (None, 0, None, 200.0),  # energy_j: null at i == 0
+                    (None, None, None, None), (None, None, None, 200.0)]
+    # Nothing in the samples table may default to a value, or a left-out column would get it.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = "
+                       "'telemetry_gpusample' AND column_default IS NOT NULL")
+        assert cursor.fetchall() == []
