@@ -714,7 +714,9 @@ def _store_group(mine: uuid.UUID | None) -> tuple[int | None, int, bool]:
     # Prepared, as store_group's statements are: parsed and planned once per connection, not
     # once per group (the plan does not depend on the group's size: the same joins at 80 and
     # at 8,000 staged samples).
-    with transaction.atomic(), store.server_bound_cursor(prepare=True) as cursor:
+    # Results in binary: the claimed bodies come as bytes, not hex that PostgreSQL writes and
+    # libpq unescapes (twice the body's size), and their times without parsing ISO text.
+    with transaction.atomic(), store.server_bound_cursor(prepare=True, binary=True) as cursor:
         cursor.execute(_HEAD, {"batches": GROUP_MAX_BATCHES})
         sizes = [row[0] for row in cursor.fetchall()]
         if not sizes:

@@ -146,29 +146,32 @@ def copy_binary(values: dict, nulls: dict, n: int,
     """PostgreSQL binary COPY rows, built a null-pattern at a time.
 
     Rows that share the same set of NULL columns have a fixed layout, so each group is one numpy
-    structured array. A fleet has few patterns (a GPU model either reports a metric or not).
+    structured array. A fleet has few patterns (a GPU model either reports a metric or not), and
+    a group of one agent's batches mostly one: then the columns go in as they are, without
+    selecting each one's rows of the pattern (a copy of every column).
     """
+    masked = [(bit, mask) for bit, (name, _) in enumerate(columns)
+              if (mask := nulls.get(name)) is not None and mask.any()]
     code = np.zeros(n, dtype=np.int64)
-    for bit, (name, _) in enumerate(columns):
-        mask = nulls.get(name)
-        if mask is not None:
-            code |= mask.astype(np.int64) << bit
+    for bit, mask in masked:
+        code |= mask.astype(np.int64) << bit
+    patterns = np.unique(code).tolist() if masked else [0]
     parts = [COPY_HEADER]
-    for pattern in np.unique(code):
-        sel = code == pattern
+    for pattern in patterns:
+        sel = code == pattern if len(patterns) > 1 else None
         fields: list[tuple[str, str]] = [("nfields", ">i2")]
         for bit, (name, dtype) in enumerate(columns):
             fields.append((name + "__len", ">i4"))
             if not (pattern >> bit) & 1:
                 fields.append((name, dtype))
-        rows = np.empty(int(sel.sum()), dtype=np.dtype(fields))
+        rows = np.empty(n if sel is None else int(sel.sum()), dtype=np.dtype(fields))
         rows["nfields"] = len(columns)
         for bit, (name, dtype) in enumerate(columns):
             if (pattern >> bit) & 1:
                 rows[name + "__len"] = -1
             else:
                 rows[name + "__len"] = np.dtype(dtype).itemsize
-                column = values[name][sel]
+                column = values[name] if sel is None else values[name][sel]
                 rows[name] = column - PG_EPOCH_OFFSET_US if name == "ts" else column
         parts.append(rows.tobytes())
     parts.append(COPY_TRAILER)
