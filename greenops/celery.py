@@ -52,7 +52,10 @@ def prepare_publishing() -> None:
     its first store task from an agent's POST: 30-48 ms of CPU (thread CPU time inside the
     server, bench/ingest at 80 samples per POST), paid by each of its threads that published
     before the first had finished, and by the first request of every web restart. Without a
-    broker (the embedded default runs tasks in-process) there is nothing to prepare."""
+    broker (the embedded default runs tasks in-process) there is nothing to prepare. The task
+    routes and default queue are read here, once, as Celery reads them at its first publish: a
+    process that changes them afterwards rebuilds both caches (a test's web does:
+    tests/support/celery_worker.use_queues)."""
     if app.conf.task_always_eager or not app.conf.broker_url:
         return
     app.finalize(auto=True)

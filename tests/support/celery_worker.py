@@ -45,11 +45,15 @@ def routes_for(queue: str) -> tuple[dict, list[str]]:
     return routes, [queue, *dict.fromkeys(r["queue"] for r in routes.values())]
 
 
-def _set_routes(routes) -> None:
-    # Celery reads task_routes once into a cached router: rebuild it after changing them.
+def use_queues(default_queue: str, routes) -> None:
+    """Send this process's tasks by `routes`, the rest to `default_queue`. Celery reads both
+    once, into a cached router and task sender (greenops.wsgi builds them when it loads, before
+    a test's web can change them): both are rebuilt."""
+    celery_app.conf.task_default_queue = default_queue
     celery_app.conf.task_routes = routes
     celery_app.amqp.flush_routes()
-    celery_app.amqp.__dict__.pop("router", None)
+    for cached in ("router", "send_task_message"):
+        celery_app.amqp.__dict__.pop(cached, None)
 
 
 @contextmanager
@@ -65,14 +69,13 @@ def celery_worker(prefix: str) -> Iterator[tuple[str, list[bytes]]]:
     old = (celery_app.conf.task_always_eager, celery_app.conf.task_default_queue,
            celery_app.conf.task_routes)
     celery_app.conf.task_always_eager = False
-    celery_app.conf.task_default_queue = queue
-    _set_routes(routes_for(queue)[0])
+    use_queues(queue, routes_for(queue)[0])
     output: list[bytes] = []
     try:
         yield queue, output
     finally:
-        celery_app.conf.task_always_eager, celery_app.conf.task_default_queue = old[:2]
-        _set_routes(old[2])
+        celery_app.conf.task_always_eager = old[0]
+        use_queues(old[1], old[2])
         proc.send_signal(signal.SIGTERM)
         try:
             out, _ = proc.communicate(timeout=20)

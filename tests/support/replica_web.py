@@ -4,9 +4,8 @@ the test names in GREENOPS_TEST_TASK_QUEUE (the worker consumes "<queue>.<group>
 
 import os
 
-from greenops.celery import app
 from greenops.wsgi import application  # noqa: F401 (what the server serves)
-from tests.support.celery_worker import routes_for
+from tests.support.celery_worker import routes_for, use_queues
 
-app.conf.task_default_queue = os.environ["GREENOPS_TEST_TASK_QUEUE"]
-app.conf.task_routes = routes_for(os.environ["GREENOPS_TEST_TASK_QUEUE"])[0]
+use_queues(os.environ["GREENOPS_TEST_TASK_QUEUE"],
+           routes_for(os.environ["GREENOPS_TEST_TASK_QUEUE"])[0])
