@@ -565,8 +565,15 @@ class GroupColumns:
         return values, nulls
 
 
+_INT_OR_NULL = frozenset({int, type(None)})
+
+
 def _int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
-    """An integer JSON column (nulls allowed) as int64 values and a null mask."""
+    """An integer JSON column (nulls allowed) as int64 values and a null mask. Anything but
+    integers and nulls -- 3.0, which the API takes as 3, or what it refuses -- raises
+    NotGrouped: numpy would truncate 3.5 where the batch read alone is refused."""
+    if not set(map(type, values)) <= _INT_OR_NULL:
+        raise NotGrouped
     if None not in values:
         return np.array(values, dtype=np.int64), np.zeros(len(values), dtype=bool)
     null = np.fromiter((v is None for v in values), dtype=bool, count=len(values))

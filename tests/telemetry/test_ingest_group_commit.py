@@ -340,3 +340,21 @@ def test_a_column_no_batch_of_the_group_sent_is_stored_null(team):
         cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = "
                        "'telemetry_gpusample' AND column_default IS NOT NULL")
         assert cursor.fetchall() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_body_the_join_cannot_convert_fails_alone_and_its_group_is_stored(team):
+    """A stored body the API would have refused (written by hand: an energy counter of 3.5)
+    sends its group back to being read batch by batch: it fails with the full check's message,
+    the others are stored as ever."""
+    host, _ = make_host(team, name="odd", gpus=1)
+    t0 = float(int(time.time()) - 600)
+    good = [make_batch(n_per_gpu=2, gpus=(0,), start=t0 + 2 * k) for k in range(3)]
+    odd = make_batch(n_per_gpu=2, gpus=(0,), start=t0 + 10)
+    odd["samples"]["energy_mj"] = [3.5, 4.5]
+    ids = [pend(host, good[0]), pend(host, odd), pend(host, good[1]), pend(host, good[2])]
+    ingest.process_pending(ids[0])
+    rows = {str(b.id): b for b in IngestBatch.objects.all()}
+    assert [rows[i].status for i in ids] == ["done", "failed", "done", "done"]
+    assert rows[ids[1]].error == "must be an integer or null, got float"  # the full check's
+    assert GpuSample.objects.count() == 6
