@@ -81,7 +81,11 @@ def _both(a: str, b: str) -> str:
     return f"count(CASE WHEN {a} IS NOT NULL AND {b} IS NOT NULL THEN 1 END)"
 
 
+_MEANS: list[tuple[str, str, str]] = []  # (sum column, count column, sample column)
+
+
 def _mean_parts(total: str, n: str, column: str) -> list[tuple[str, str, str]]:
+    _MEANS.append((total, n, column))
     return [(total, f"coalesce(sum({column}), 0)", "sum"), (n, f"count({column})", "sum")]
 
 
@@ -237,10 +241,11 @@ _FLIPS = f"""
     LEFT JOIN before b ON b.gpu_id = m.gpu_id AND b.bucket = m.bucket"""
 
 
-def _fold(source: str) -> str:
-    """The CTEs after `ins` that fold `source`'s samples into the minute, hour and day rollups."""
+def _fold(source: str, agg: str | None = None) -> str:
+    """The CTEs after `ins` that fold `source`'s samples into the minute, hour and day rollups
+    (`agg`: the samples' minutes already aggregated, instead of aggregating `source`)."""
     return f"""
-), agg AS ({_agg(source)}
+), agg AS ({agg or _agg(source)}
 ), m AS ({rollup_upsert("telemetry_gpuminute", "minute",
                        returning="r.gpu_id, r.bucket, r.util_sum, r.util_n")}{_FLIPS}
 ), h AS ({rollup_upsert("telemetry_gpuhour", "hour")}
@@ -280,7 +285,15 @@ WITH ins AS (
 
 
 _PG_NEW = _new_only("gpusample_stage")
-_PG_GROUP_NEW = _new_only("gpusample_group_stage")
+
+# The group's samples went straight into the samples table (COPY, store_group): their minutes,
+# aggregated by the worker (minute_rollups), fold into the rollups from this stage, which the
+# statement empties as it reads it (a caller's transaction may hold several groups: the stage
+# empties only at its commit).
+MINUTE_STAGE = "gpuminute_fold_stage"
+_PG_FOLD_MINUTES = f"""
+WITH ins AS (
+    SELECT 1{_fold("", agg=f"DELETE FROM {MINUTE_STAGE} RETURNING *")}"""
 
 
 class _NotAllNew(Exception):
@@ -345,6 +358,11 @@ def _ensure_stage(cursor) -> None:
         "CREATE TEMP TABLE IF NOT EXISTS gpusample_group_stage "
         "(LIKE telemetry_gpusample INCLUDING DEFAULTS, batch_no integer NOT NULL) "
         "ON COMMIT DELETE ROWS"
+    )
+    # The group's minutes, as _agg makes them from samples (columns and types).
+    cursor.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {MINUTE_STAGE} ON COMMIT DELETE ROWS AS "
+        f"{_agg('telemetry_gpusample')} WITH NO DATA"
     )
     # Inside a transaction a rollback could still take the CREATE with it: remember only
     # tables created in autocommit mode.
@@ -582,39 +600,141 @@ def _int_column(values: list) -> tuple[np.ndarray, np.ndarray]:
 
 def store_group(values: dict, nulls: dict, counts: list[int]) -> list[int]:
     """PostgreSQL group commit: store several batches' rows (GroupColumns.build: values and null
-    masks, batch_no each row's batch) with one COPY and one INSERT ... ON CONFLICT in the
-    caller's transaction; return the samples new per batch (`counts`: each batch's samples).
-    One group per transaction: the stage empties at commit (ON COMMIT DELETE ROWS).
+    masks, batch_no each row's batch) in the caller's transaction and fold them into the
+    rollups; return the samples new per batch (`counts`: each batch's samples).
 
     This is what makes small batches cheap: 80-sample batches cost a COPY, a move and a commit
-    each, and those round trips, not the rows, were the bulk of the worker's time."""
+    each, and those round trips, not the rows, were the bulk of the worker's time. Most groups
+    are new samples only, and go straight into the samples table (_store_new); a group that
+    meets a sample stored already goes through the stage and INSERT ... ON CONFLICT, which
+    credits each new sample to the first batch that carried it."""
     total = int(values["batch_no"].size)
     # A column null in every row (a metric no batch of the group sent, or no GPU of it reports)
-    # stays out of the COPY: the stage's column is null without it (no column of the samples
-    # table has a default), and PostgreSQL reads fewer fields a row -- 7.3 against 5.9 ms of its
-    # CPU for a group of 54 of bench/ingest's 80-sample batches, which send 10 of the 23 columns
-    # (a one-off loop, 2026-12-05).
+    # stays out of the COPY: the column is null without it (no column of the samples table has a
+    # default), and PostgreSQL reads fewer fields a row -- 7.3 against 5.9 ms of its CPU for a
+    # group of 54 of bench/ingest's 80-sample batches, which send 10 of the 23 columns (a
+    # one-off loop, 2026-12-05).
     columns = [(name, dtype) for name, dtype in GROUP_COLUMNS
                if name not in nulls or not nulls[name].all()]
-    payload = copy_binary(values, nulls, total, columns)
-    group_list = ", ".join(name for name, _ in columns)
     inserted = [0] * len(counts)
     # Prepared: planning the group statement cost 3 ms a group, and its plan is the same for
     # a group of 80 samples and of 8,000 (EXPLAIN: only hash against merge joins and
     # aggregates over the group's minutes differ).
     with server_bound_cursor(prepare=True) as cursor:
         _ensure_stage(cursor)
+        samples_only = [column for column in columns if column[0] != "batch_no"]
+        if _store_new(cursor, values, nulls, total, samples_only):
+            return list(counts)
+        payload = copy_binary(values, nulls, total, columns)
+        group_list = ", ".join(name for name, _ in columns)
         copy_sql = f"COPY gpusample_group_stage ({group_list}) FROM STDIN (FORMAT BINARY)"
         with cursor.copy(copy_sql) as cp:
             cp.write(payload)
-        if _move_staged(cursor, total, _PG_GROUP_NEW, _PG_GROUP_MOVE, {"staged": total}):
-            return list(counts)
+        cursor.execute(_PG_GROUP_MOVE, {"staged": total})
         for batch_no, count in cursor.fetchall():
             if batch_no >= 0:
                 inserted[batch_no] = count
             elif count == total:  # every staged sample went in: the join was skipped
                 inserted = list(counts)
     return inserted
+
+
+def _store_new(cursor, values: dict, nulls: dict, n: int, columns: list) -> bool:
+    """The optimistic path of store_group: COPY every sample straight into the samples table and
+    fold the minutes the worker aggregated (minute_rollups) into the rollups, inside a
+    savepoint. Right only when every sample goes in: a sample stored already (a resend, two
+    batches of the group carrying one sample, a concurrent writer that committed it first)
+    fails the COPY with a unique violation, and the retention guard of the default partition
+    drops rows below the horizon (the COPY then counts fewer); either way the savepoint is
+    rolled back and False returned. A staged COPY and INSERT ... SELECT, then the aggregates in
+    SQL, cost PostgreSQL 26.9 ms of CPU a group of 54 of bench/ingest's 80-sample batches; this,
+    15.6 (55 rolled-back groups each, a one-off loop, 2026-12-05)."""
+    names = ", ".join(name for name, _ in columns)
+    try:
+        with transaction.atomic(), connection.wrap_database_errors:
+            with cursor.copy(f"COPY telemetry_gpusample ({names}) FROM STDIN (FORMAT BINARY)"
+                             ) as cp:
+                cp.write(copy_binary(values, nulls, n, columns))
+            if cursor.rowcount != n:
+                raise _NotAllNew
+            minutes, unknown, minute_columns = minute_rollups(values, nulls)
+            with cursor.copy(f"COPY {MINUTE_STAGE} FROM STDIN (FORMAT BINARY)") as cp:
+                cp.write(copy_binary(minutes, unknown, len(minutes["gpu_id"]), minute_columns))
+            cursor.execute(_PG_FOLD_MINUTES)
+        return True
+    except IntegrityError as exc:
+        if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+            raise
+    except _NotAllNew:
+        pass
+    return False
+
+
+def minute_rollups(values: dict, nulls: dict) -> tuple[dict, dict, list[tuple[str, str]]]:
+    """The samples' aggregates per GPU and minute, as _agg computes them in SQL: a count, a sum
+    or a max of what is not null, NULL for a max or min over nothing, 0 for a sum over nothing.
+    Returns copy_binary's (values, nulls) and its column list, in the minute stage's order:
+    gpu_id, bucket, then _ROLLUP_ALL's columns, each an int8 (counts) or a float8."""
+    minute = values["ts"] // 60_000_000
+    order = np.lexsort((minute, values["gpu_id"]))  # stable: each minute's rows in row order
+    gpu, minute = values["gpu_id"][order], minute[order]
+    first = np.flatnonzero(np.r_[True, (gpu[1:] != gpu[:-1]) | (minute[1:] != minute[:-1])])
+
+    def known(name: str) -> np.ndarray:  # sorted: is the value there
+        return ~nulls[name][order]
+
+    def count(mask: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(mask.astype(np.int64), first)
+
+    def total(name: str, where: np.ndarray | None = None) -> np.ndarray:
+        present = known(name) if where is None else known(name) & where
+        return np.add.reduceat(np.where(present, values[name][order], 0.0), first)
+
+    def extreme(name: str, pick) -> np.ndarray:  # NaN: nothing known (NULL)
+        return pick.reduceat(np.where(known(name), values[name][order], np.nan), first)
+
+    def pair(a: str, b: str) -> tuple:  # the sums of a and b where both are known, and how many
+        both = known(a) & known(b)
+        return total(a, both), total(b, both), count(both)
+
+    throttle = values["throttle_reasons"][order]
+    throttled = known("throttle_reasons")
+    pcie_tx, pcie_rx, pcie_n = pair("pcie_tx_kib_s", "pcie_rx_kib_s")
+    nvlink_tx, nvlink_rx, nvlink_n = pair("nvlink_tx_kib_s", "nvlink_rx_kib_s")
+    rollups = {
+        "samples": np.diff(np.r_[first, gpu.size]),
+        "util_sum": total("util_pct"), "util_n": count(known("util_pct")),
+        "util_max": extreme("util_pct", np.fmax),
+        "power_sum_w": total("power_w"), "power_n": count(known("power_w")),
+        "power_max_w": extreme("power_w", np.fmax),
+        "mem_used_max_mib": extreme("mem_used_mib", np.fmax),
+        "temp_max_c": extreme("temp_c", np.fmax),
+        "energy_j": total("energy_j"),
+        "simulated_samples": count(values["simulated"][order]),
+        "pcie_tx_sum_kib_s": pcie_tx, "pcie_rx_sum_kib_s": pcie_rx, "pcie_n": pcie_n,
+        "throttle_n": count(throttled),
+        "power_capped_samples": count(throttled & (throttle & THROTTLE_POWER_MASK != 0)),
+        "thermal_samples": count(throttled & (throttle & THROTTLE_THERMAL_MASK != 0)),
+        "power_limit_min_w": extreme("power_limit_w", np.fmin),
+        "nvlink_tx_sum_kib_s": nvlink_tx, "nvlink_rx_sum_kib_s": nvlink_rx,
+        "nvlink_n": nvlink_n,
+    }
+    for sum_name, n_name, column in _MEANS:
+        rollups[sum_name], rollups[n_name] = total(column), count(known(column))
+    out = {"gpu_id": gpu[first],
+           # timestamptz in binary COPY: microseconds since 2000-01-01
+           "bucket": minute[first] * 60_000_000 - PG_EPOCH_OFFSET_US}
+    masks: dict[str, np.ndarray] = {}
+    columns = [("gpu_id", ">i8"), ("bucket", ">i8")]
+    for name, _, _ in _ROLLUP_ALL:
+        column = rollups[name]
+        out[name] = column
+        if column.dtype.kind == "f":
+            masks[name] = np.isnan(column)
+            columns.append((name, ">f8"))
+        else:
+            columns.append((name, ">i8"))
+    return out, masks, columns
 
 
 def _sqlite_timestamps(ts_us: np.ndarray) -> list[str]:

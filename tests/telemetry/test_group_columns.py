@@ -179,3 +179,57 @@ def test_a_body_of_another_shape_is_not_joined(spoil):
     with pytest.raises(store.NotGrouped):
         columns.add(doc, GPU_IDS)
     assert columns.counts == []
+
+
+def _both_minutes(values: dict, nulls: dict) -> tuple[list[tuple], list[tuple]]:
+    """The rows' minutes as the worker makes them (store.minute_rollups, through a binary COPY
+    into a table like the fold's stage, read back) and as PostgreSQL aggregates them (store._agg
+    over a table of the rows)."""
+    from django.db import connection
+
+    n = int(values["ts"].size)
+    names = ", ".join(name for name, _ in store.SAMPLE_COLUMNS)
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMP TABLE samples_probe (LIKE telemetry_gpusample)")
+        cursor.execute(f"CREATE TEMP TABLE minutes_probe AS {store._agg('samples_probe')} "
+                       "WITH NO DATA")  # the fold stage's columns and types
+        try:
+            with cursor.copy(f"COPY samples_probe ({names}) FROM STDIN (FORMAT BINARY)") as cp:
+                cp.write(store.copy_binary(values, nulls, n, store.SAMPLE_COLUMNS))
+            minutes, unknown, columns = store.minute_rollups(values, nulls)
+            with cursor.copy("COPY minutes_probe FROM STDIN (FORMAT BINARY)") as cp:
+                cp.write(store.copy_binary(minutes, unknown, len(minutes["gpu_id"]), columns))
+            cursor.execute("SELECT * FROM minutes_probe ORDER BY 1, 2")
+            mine = cursor.fetchall()
+            cursor.execute(store._agg("samples_probe") + " ORDER BY 1, 2")
+            return mine, cursor.fetchall()
+        finally:
+            cursor.execute("DROP TABLE samples_probe, minutes_probe")
+
+
+@pytest.mark.django_db
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(stored_bodies(), min_size=1, max_size=5))
+def test_the_workers_minutes_are_what_postgresql_aggregates(docs):
+    """The optimistic path folds minutes the worker aggregated (store.minute_rollups) where the
+    stage's path lets PostgreSQL aggregate the samples (store._agg): every column of every minute
+    the same, read back from PostgreSQL -- counts, maxima and minima exactly, sums to the last
+    few bits (they add the same numbers, perhaps in another order)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the aggregates are PostgreSQL's")
+    columns = store.GroupColumns()
+    for doc in docs:
+        columns.add(doc, GPU_IDS)
+    mine, theirs = _both_minutes(*columns.build())
+    assert [row[:2] for row in mine] == [row[:2] for row in theirs]
+    names = ["gpu_id", "bucket", *(name for name, _, _ in store._ROLLUP_ALL)]
+    for got, want in zip(mine, theirs, strict=True):
+        for name, a, b in zip(names, got, want, strict=True):
+            assert type(a) is type(b), (name, a, b)
+            if isinstance(b, float):
+                assert a == pytest.approx(b, rel=1e-12, abs=1e-9), (name, got[:2])
+            else:
+                assert a == b, (name, got[:2], a, b)

@@ -299,8 +299,9 @@ def test_a_group_of_late_batches_marks_their_hours_in_one_query_for_teams(
 
 @pytest.mark.django_db(transaction=True)
 def test_the_worker_statements_are_prepared_once_per_connection(team):
-    """Planning the group statement cost 3 ms a group: the claim, the store and the status
-    update run as prepared statements, planned once per connection."""
+    """Planning the group statement cost 3 ms a group: the claim, the rollups' fold (the
+    samples go in by COPY) and the status update run as prepared statements, planned once per
+    connection."""
     host, _ = make_host(team, name="prepared", gpus=1)
     t0 = float(int(time.time()) - 600)
 
@@ -314,7 +315,7 @@ def test_the_worker_statements_are_prepared_once_per_connection(team):
     for k in range(2):
         ingest.process_pending(pend(host, make_batch(n_per_gpu=3, gpus=(0,), start=t0 + 10 * k)))
     after = runs()
-    for marker in ("INSERT INTO telemetry_gpusample", "FOR UPDATE SKIP LOCKED",
+    for marker in ("DELETE FROM gpuminute_fold_stage", "FOR UPDATE SKIP LOCKED",
                    "UPDATE telemetry_ingestbatch AS b SET status = 'done'"):
         assert any(n > before.get(s, 0) for s, n in after.items() if marker in s), marker
     assert GpuSample.objects.count() == 6

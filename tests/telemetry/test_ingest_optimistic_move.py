@@ -1,8 +1,9 @@
-"""The storing statement is optimistic: a plain INSERT of the staged samples, rollups folded from
-the stage, inside a savepoint. Whenever that would be wrong -- a sample already stored, two
+"""Storing is optimistic: a group's samples are copied straight into the samples table and the
+minutes the worker aggregated folded into the rollups, inside a savepoint (a single batch: a
+plain INSERT of the staged samples). Whenever that would be wrong -- a sample already stored, two
 batches of a group carrying one sample, a concurrent writer that commits the same sample first,
 or rows the retention guard drops -- it is rolled back and the ON CONFLICT statement runs, which
-folds only the rows really inserted. These tests pin down which statement ran, and that the
+folds only the rows really inserted. These tests pin down which way was taken, and that the
 answers (samples stored, per-batch credit, rollups) are the same either way."""
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ def pend(host, doc) -> str:
 
 
 class Statements:
-    """Which storing statement ran, in order: 'plain' (the optimistic INSERT), 'rollback' (its
-    savepoint undone) and 'on conflict' (the fallback). An execute wrapper, not the query log:
-    prepared statements are logged without their text."""
+    """Which way storing went, in order: 'plain' (the optimistic COPY, or a single batch's plain
+    INSERT), 'rollback' (its savepoint undone) and 'on conflict' (the fallback). An execute
+    wrapper, not the query log (prepared statements are logged without their text), and a spy
+    on the optimistic COPY, which no execute wrapper sees."""
 
     def __init__(self) -> None:
         self.ran: list[str] = []
@@ -47,8 +49,17 @@ class Statements:
 
 
 def store(batch_id: str) -> tuple[int | None, list[str]]:
+    from greenops.telemetry import store as writer
+
     record = Statements()
-    with connection.execute_wrapper(record):
+    optimistic = writer._store_new
+
+    def spied(*args, **kwargs):
+        record.ran.append("plain")
+        return optimistic(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp, connection.execute_wrapper(record):
+        mp.setattr(writer, "_store_new", spied)
         stored = ingest.process_pending(batch_id)
     return stored, record.ran
 
@@ -100,8 +111,8 @@ def test_two_batches_of_one_group_with_a_shared_sample_credit_the_first(team):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_sample_another_writer_commits_meanwhile_is_stored_once(team):
-    """Another transaction inserts one of the group's samples and commits while the plain INSERT
-    waits on it: the INSERT fails, the fallback skips that sample, nothing is counted twice."""
+    """Another transaction inserts one of the group's samples and commits while the optimistic
+    COPY waits on it: the COPY fails, the fallback skips that sample, nothing is counted twice."""
     host, _ = make_host(team, name="race", gpus=1)
     gpu_id = host.gpus.get(index=0).id
     t0 = float(int(time.time()) - 900)
@@ -125,15 +136,15 @@ def test_a_sample_another_writer_commits_meanwhile_is_stored_once(team):
         worker = threading.Thread(target=work)
         worker.start()
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # until the worker's INSERT waits on our row
+        while time.monotonic() < deadline:  # until the worker's COPY waits on our row
             other.execute("SELECT pg_stat_clear_snapshot()")  # kept per transaction otherwise
             waiting = other.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE '%%INSERT INTO telemetry_gpusample%%'").fetchone()[0]
+                "AND query LIKE 'COPY telemetry_gpusample %%'").fetchone()[0]
             if waiting:
                 break
             time.sleep(0.05)
-        assert waiting, "the worker's INSERT never waited on the other writer's row"
+        assert waiting, "the worker's COPY never waited on the other writer's row"
         other.commit()
         worker.join(timeout=30)
     assert result == [4]
