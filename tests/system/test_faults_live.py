@@ -235,14 +235,16 @@ def test_worker_sigkill_mid_batch(stack, tmp_path):
     import psycopg
 
     host_id, agent = run_agent(stack, tmp_path, "worker-kill")
-    # Block the worker inside a batch: after it claimed the batch rows and copied the samples,
-    # its INSERT into the samples table waits on this lock. Then SIGKILL it, pool and all.
+    # Block the worker inside a batch: after it claimed the batch rows, its COPY into the
+    # samples table (an INSERT from the stage when a sample was stored already) waits on this
+    # lock. Then SIGKILL it, pool and all.
     with psycopg.connect(stack.pg.url()) as lock:
         lock.execute("LOCK TABLE telemetry_gpusample IN SHARE MODE")
         with stack.pg.connect() as conn:
             wait_for("the worker to block inside a batch", lambda: conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query ILIKE '%INSERT INTO telemetry_gpusample%'").fetchone()[0], 20)
+                "AND (query ILIKE 'COPY telemetry_gpusample %' "
+                "OR query ILIKE '%INSERT INTO telemetry_gpusample%')").fetchone()[0], 20)
         stack.worker.stop(signal.SIGKILL)
         lock.rollback()
     stack.worker.start()
