@@ -308,18 +308,30 @@ def _move_staged(cursor, staged: int, new_only: str, move: str,
     twice, and the rollups fold exactly the rows that went in (the stage's rows are those rows
     when all of them went in: the only trigger on the samples, the retention guard, keeps a row
     as it is or drops it)."""
+    def attempt() -> None:
+        cursor.execute(new_only)
+        if cursor.fetchone()[0] != staged:
+            raise _NotAllNew
+
+    if _in_savepoint(attempt):
+        return True
+    cursor.execute(move, params)
+    return False
+
+
+def _in_savepoint(attempt) -> bool:
+    """Run an optimistic store inside a savepoint: True if it went through; False, the savepoint
+    undone, if it met a sample stored already (a unique violation) or stored fewer rows than it
+    was given (_NotAllNew: the retention guard dropped some)."""
     try:
-        with transaction.atomic():
-            cursor.execute(new_only)
-            if cursor.fetchone()[0] != staged:
-                raise _NotAllNew
+        with transaction.atomic(), connection.wrap_database_errors:
+            attempt()
         return True
     except IntegrityError as exc:
         if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
             raise
     except _NotAllNew:
         pass
-    cursor.execute(move, params)
     return False
 
 
@@ -650,24 +662,18 @@ def _store_new(cursor, values: dict, nulls: dict, n: int, columns: list) -> bool
     SQL, cost PostgreSQL 26.9 ms of CPU a group of 54 of bench/ingest's 80-sample batches; this,
     15.6 (55 rolled-back groups each, a one-off loop, 2026-12-05)."""
     names = ", ".join(name for name, _ in columns)
-    try:
-        with transaction.atomic(), connection.wrap_database_errors:
-            with cursor.copy(f"COPY telemetry_gpusample ({names}) FROM STDIN (FORMAT BINARY)"
-                             ) as cp:
-                cp.write(copy_binary(values, nulls, n, columns))
-            if cursor.rowcount != n:
-                raise _NotAllNew
-            minutes, unknown, minute_columns = minute_rollups(values, nulls)
-            with cursor.copy(f"COPY {MINUTE_STAGE} FROM STDIN (FORMAT BINARY)") as cp:
-                cp.write(copy_binary(minutes, unknown, len(minutes["gpu_id"]), minute_columns))
-            cursor.execute(_PG_FOLD_MINUTES)
-        return True
-    except IntegrityError as exc:
-        if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
-            raise
-    except _NotAllNew:
-        pass
-    return False
+
+    def attempt() -> None:
+        with cursor.copy(f"COPY telemetry_gpusample ({names}) FROM STDIN (FORMAT BINARY)") as cp:
+            cp.write(copy_binary(values, nulls, n, columns))
+        if cursor.rowcount != n:
+            raise _NotAllNew
+        minutes, unknown, minute_columns = minute_rollups(values, nulls)
+        with cursor.copy(f"COPY {MINUTE_STAGE} FROM STDIN (FORMAT BINARY)") as cp:
+            cp.write(copy_binary(minutes, unknown, len(minutes["gpu_id"]), minute_columns))
+        cursor.execute(_PG_FOLD_MINUTES)
+
+    return _in_savepoint(attempt)
 
 
 def minute_rollups(values: dict, nulls: dict) -> tuple[dict, dict, list[tuple[str, str]]]:
