@@ -17,6 +17,7 @@ import psycopg
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
+from greenops.errors import FieldError
 from greenops.telemetry import wire
 from greenops.telemetry.wire import Batch
 
@@ -541,7 +542,7 @@ class GroupColumns:
         if self._joined:
             try:
                 values, nulls = self._joined_columns()
-            except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            except (KeyError, TypeError, ValueError, OverflowError, FieldError) as exc:
                 raise NotGrouped from exc
             counts = [self.counts[i] for i in self._joined]
             values["batch_no"] = np.repeat(np.array(self._joined, dtype=np.int32), counts)
@@ -575,12 +576,10 @@ class GroupColumns:
         method = np.array(list(map(wire.ENERGY_METHODS.__getitem__, lists["energy_method"])),
                           dtype=np.int16)
         values["energy_method"], nulls["energy_method"] = method, method == 0
-        if wire.THROTTLE_FIELD in optional:
-            values["throttle_reasons"], nulls["throttle_reasons"] = _int_column(
-                optional[wire.THROTTLE_FIELD])
-        else:  # no batch sent it: unknown for every sample
-            values["throttle_reasons"] = np.zeros(total, dtype=np.int64)
-            nulls["throttle_reasons"] = np.ones(total, dtype=bool)
+        # As parse_validated reads it: absent in every batch, unknown for every sample; a value
+        # no NVML bitmask can be (a body written by hand) refused.
+        values["throttle_reasons"], nulls["throttle_reasons"] = wire.throttle_column(
+            optional.get(wire.THROTTLE_FIELD), total)
         names = [name for name in _FLOAT_NAMES if name in lists or name in optional]
         matrix = np.array([lists[name] if name in lists else optional[name] for name in names],
                           dtype=np.float64)  # null -> NaN

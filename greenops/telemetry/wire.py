@@ -260,7 +260,7 @@ def parse_batch(
         raise invalid(f"samples.gpu_index[{i}]", "must be between 0 and 1023")
 
     floats = _float_columns(samples, n)
-    throttle, throttle_null = _throttle_column(samples.get(THROTTLE_FIELD), n)
+    throttle, throttle_null = throttle_column(samples.get(THROTTLE_FIELD), n)
 
     energy_mj, mj_null = numeric_column("energy_mj", samples["energy_mj"], nullable=True,
                                          integer=True)
@@ -422,7 +422,7 @@ def parse_validated(doc: dict) -> Batch:
     floats = {name: given.get(name, absent) for name in _FLOAT_BOUNDS}
     energy_mj, mj_null = numeric_column("energy_mj", samples["energy_mj"], nullable=True,
                                          integer=True)
-    throttle, throttle_null = _throttle_column(samples.get(THROTTLE_FIELD), n)
+    throttle, throttle_null = throttle_column(samples.get(THROTTLE_FIELD), n)
     method = np.array(list(map(ENERGY_METHODS.__getitem__, samples["energy_method"])),
                       dtype=np.int16)
     return Batch(uuid.UUID(doc["batch_id"]), doc.get("agent_version", ""), doc["source"], n,
@@ -477,8 +477,9 @@ def _nan_only_for_null(matrix: np.ndarray, columns: list[list]) -> bool:
     return nans == 0 or nans == sum(column.count(None) for column in columns)
 
 
-def _throttle_column(values: list | None, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The throttle-reason bitmask column; absent means unknown for every sample."""
+def throttle_column(values: list | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The throttle-reason bitmask column; absent means unknown for every sample. Public for
+    store.GroupColumns, which reads a group's joined column with it."""
     if values is None:
         return np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
     arr, null = numeric_column(THROTTLE_FIELD, values, nullable=True, integer=True)

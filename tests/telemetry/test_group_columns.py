@@ -154,6 +154,7 @@ def test_an_unknown_gpu_is_read_alone_at_its_place_in_the_group():
     lambda s: s.update(energy_mj=[3.5] * len(s["ts"])),  # numpy would store 3
     lambda s: s.update(energy_mj=[3.0] * len(s["ts"])),  # the API's 3: read alone, as 3
     lambda s: s.update(throttle_reasons=[True] * len(s["ts"])),
+    lambda s: s.update(throttle_reasons=[2**40] * len(s["ts"])),  # no NVML bitmask: refused alone
 ])
 def test_a_body_the_join_cannot_convert_sends_the_group_back_to_one_by_one(spoil):
     doc = make_batch(n_per_gpu=3, gpus=(0, 5), start=NOW_S - 600)
