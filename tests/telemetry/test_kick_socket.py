@@ -100,3 +100,31 @@ def test_an_error_answer_raises_and_the_connection_is_not_kept(monkeypatch):
     assert conn.disconnected  # an answer may be left unread: never reused
     assert conn._sock.sent.startswith(b"*6\r\n$3\r\nSET\r\n$28\r\ngreenops:ingest:store-queued")
     assert conn._sock.sent.endswith(b"$7\r\nbatch-a\r\n$2\r\nNX\r\n$2\r\nEX\r\n$1\r\n5\r\n")
+
+
+@pytest.mark.django_db
+def test_an_agents_post_is_answered_and_queued_when_redis_answers_an_error(
+        host, post_batch, settings, monkeypatch):
+    """What the agent's request gets when the key's SET meets an error answer (a Redis out of
+    memory): its batch is accepted and a store task queued as if the key were unset -- the
+    answer the agent sees, not only what is stored."""
+    from greenops.telemetry import tasks
+    from greenops.telemetry.models import IngestBatch
+    from tests.support.factories import make_batch
+
+    if not settings.REDIS_URL:
+        pytest.skip("the key is used only with a broker")
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    published: list[str] = []
+    monkeypatch.setattr(tasks.store_batch, "apply_async",
+                        lambda args, **kw: published.append(args[0]))
+    conn = RefusingConnection()
+    monkeypatch.setattr(ingest._kick_connections, "conn", conn, raising=False)
+    _, token = host
+    doc = make_batch()
+    resp = post_batch(token, doc)
+    assert resp.status_code == 202, resp.content
+    assert resp.json()["status"] == "queued"
+    assert published == [doc["batch_id"]]  # queued regardless: nothing waits on the key
+    assert conn.disconnected
+    assert IngestBatch.objects.get(id=doc["batch_id"]).status == "pending"
