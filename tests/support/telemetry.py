@@ -64,3 +64,20 @@ def expected_after_both() -> dict[str, float]:
     # PEAK is above every other value of either batch (QUIET and make_batch's 50-51 %, 1024 MiB,
     # 200-210 W, 60 C), so each maximum over both batches is PEAK's.
     return {rollup: PEAK[column] for rollup, column in COLUMN_OF_ROLLUP.items()}
+
+
+def record_publishes(settings, monkeypatch) -> list[str]:
+    """With a real broker configured (the queued-store key and coalescing on), store tasks
+    recorded instead of published: returns the list the queued batch ids go to. Skips the test
+    where no Redis is configured."""
+    import pytest
+
+    from greenops.telemetry import tasks
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs Redis")
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    published: list[str] = []
+    monkeypatch.setattr(tasks.store_batch, "apply_async",
+                        lambda args, **kw: published.append(args[0]))
+    return published

@@ -17,6 +17,7 @@ from greenops.telemetry import ingest
 from greenops.telemetry.models import Gpu, GpuDay, GpuHour, GpuMinute, GpuSample, IngestBatch
 from tests.support.agent_fakes import free_port
 from tests.support.factories import gz, make_batch, make_host
+from tests.support.telemetry import record_publishes
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql",
                                 reason="group commit is the PostgreSQL path")
@@ -78,12 +79,7 @@ def test_one_queued_store_task_covers_the_batches_committed_meanwhile(settings, 
     batch queues a new one; with Redis unreachable every batch is published as before."""
     from greenops.telemetry import tasks
 
-    if not settings.REDIS_URL:
-        pytest.skip("needs Redis")
-    settings.CELERY_TASK_ALWAYS_EAGER = False
-    published: list[str] = []
-    monkeypatch.setattr(tasks.store_batch, "apply_async",
-                        lambda args, **kw: published.append(args[0]))
+    published = record_publishes(settings, monkeypatch)
     ingest._redis().delete(ingest.KICK_KEY)
     ingest._kick(tasks.store_batch, "a")
     ingest._kick(tasks.store_batch, "b")  # "a"'s task is still queued: it will take "b" too
@@ -131,12 +127,7 @@ def test_a_draining_task_stores_batches_that_arrive_meanwhile(team, settings, mo
     task takes them, and it clears the key before its last claim, so none is left behind."""
     from greenops.telemetry import tasks
 
-    if not settings.REDIS_URL:
-        pytest.skip("needs Redis")
-    settings.CELERY_TASK_ALWAYS_EAGER = False
-    published: list[str] = []
-    monkeypatch.setattr(tasks.store_batch, "apply_async",
-                        lambda args, **kw: published.append(args[0]))
+    published = record_publishes(settings, monkeypatch)
     host, _ = make_host(team, name="drain", gpus=2)
     t0 = float(int(time.time()) - 600)
     first = pend(host, make_batch(n_per_gpu=5, start=t0))

@@ -108,16 +108,11 @@ def test_an_agents_post_is_answered_and_queued_when_redis_answers_an_error(
     """What the agent's request gets when the key's SET meets an error answer (a Redis out of
     memory): its batch is accepted and a store task queued as if the key were unset -- the
     answer the agent sees, not only what is stored."""
-    from greenops.telemetry import tasks
     from greenops.telemetry.models import IngestBatch
     from tests.support.factories import make_batch
+    from tests.support.telemetry import record_publishes
 
-    if not settings.REDIS_URL:
-        pytest.skip("the key is used only with a broker")
-    settings.CELERY_TASK_ALWAYS_EAGER = False
-    published: list[str] = []
-    monkeypatch.setattr(tasks.store_batch, "apply_async",
-                        lambda args, **kw: published.append(args[0]))
+    published = record_publishes(settings, monkeypatch)
     conn = RefusingConnection()
     monkeypatch.setattr(ingest._kick_connections, "conn", conn, raising=False)
     _, token = host
