@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import defaultdict
+from typing import NamedTuple
 
 import numpy as np
 from django.db import connection
@@ -20,7 +21,7 @@ from greenops.db_router import read_connection
 from greenops.quantiles import sorted_quantile as quantile
 from greenops.teams.models import Team
 from greenops.telemetry import store
-from greenops.telemetry.models import ROLLUPS, FleetBucket, FleetFill, Gpu, Host
+from greenops.telemetry.models import ROLLUPS, FleetBucket, FleetFill, FleetOpenCell, Gpu, Host
 from greenops.telemetry.queries import MAX_GPU_SERIES, RANGES, RESOLUTION, team_gpus, window
 from greenops.units import J_PER_KWH
 from greenops.windows import Window, floor
@@ -166,8 +167,10 @@ def team_fleet_series(team: Team, range_key: str, now: dt.datetime | None = None
     """The team dashboard's charts: fleet_series over the team's GPUs, reading the closed
     display buckets from the team's stored fleet rollups (greenops.telemetry.fleetroll) and
     computing only the buckets after them (the still-filling one, and any the fill task has
-    not stored yet) from the rollups. Without stored buckets covering the chart's start (new
-    install, SQLite, a team of MAX_GPU_SERIES GPUs or fewer) it is fleet_series itself.
+    not stored yet) from the rollups -- from the rollup rows after the fill's open cells, where
+    it stored them for the first of those buckets. Without stored buckets covering the chart's
+    start (new install, SQLite, a team of MAX_GPU_SERIES GPUs or fewer) it is fleet_series
+    itself.
     `hosts`: team_hosts(team, ...), when the caller read them already."""
     if connection.vendor != "postgresql":
         return fleet_series(team_gpus(team), range_key, now)
@@ -178,7 +181,8 @@ def team_fleet_series(team: Team, range_key: str, now: dt.datetime | None = None
         return fleet_series(team_gpus(team), range_key, now)
     host_name = {h["id"]: h["name"] for h in hosts if h["gpu_ids"]}
     resolution, step_s, start, end, _ = grid(range_key, now)
-    filled_until, rows = _stored_rows(team, step_s, start, end)
+    fill, rows = _stored_rows(team, step_s, start, end)
+    filled_until = fill.until if fill else None
     if filled_until is None or filled_until <= start:
         figures = bucket_figures(gpus, resolution, start, end, step_s)
         return assemble(len(gpus), host_name, range_key, resolution, start, end, step_s,
@@ -194,17 +198,32 @@ def team_fleet_series(team: Team, range_key: str, now: dt.datetime | None = None
         # those GPUs) cannot add one, so it is not asked for them -- an array of up to 1,000
         # ids per live bucket, and its bitmap, were ~0.8 ms of a last-hour view's ~6 ms tail.
         new = gpu_bitmap([g for g, _ in gpus]) & ~stored.union_bits()
-        stored.extend(bucket_figures(gpus, resolution, until, end, step_s, prepare=True,
-                                     with_ids=bool(new), count_reporting=False,
-                                     team_id=team.id))
+        # The open bucket's complete part summed per GPU by the last fill run, when it is the
+        # first bucket of this tail and before this view's end: the view then reads the rollup
+        # rows after it only (fleetroll's open cells).
+        cells = (fill.open_through, fill.open_cells) if (
+            until == filled_until and fill.open_through is not None
+            and until < fill.open_through <= end) else None
+        tail = dict(prepare=True, with_ids=bool(new), count_reporting=False, team_id=team.id)
+        figures = bucket_figures(gpus, resolution, until, end, step_s, open_cells=cells, **tail)
+        if figures.open_cells_missing:  # replaced by two fill runs since the read above
+            figures = bucket_figures(gpus, resolution, until, end, step_s, **tail)
+        stored.extend(figures)
     return assemble(len(gpus), host_name, range_key, resolution, start, end, step_s, stored,
                     gpus_reporting=stored.reporting_count())
 
 
+class StoredFill(NamedTuple):
+    until: dt.datetime  # FleetFill's, as the page read it
+    open_through: dt.datetime | None
+    open_cells: int
+
+
 def _stored_rows(team: Team, step_s: int, start: dt.datetime, end: dt.datetime
-                 ) -> tuple[dt.datetime | None, list[tuple]]:
+                 ) -> tuple[StoredFill | None, list[tuple]]:
     """How far the team's fleet rollups at step_s are stored, if they are from `start` on
-    (FleetFill.until, else None), and the stored buckets in [start, min(until, end)) as
+    (FleetFill's until and open cells, else None), and the stored buckets in
+    [start, min(until, end)) as
     BucketFigures.COLUMNS in bucket order: one prepared statement, where the fill and the rows
     were two ORM queries built on every view. In binary: each row carries two bytea arrays
     (hosts and their joules) that text results sent as hex, a third of a 24-hour view's chart
@@ -215,7 +234,7 @@ def _stored_rows(team: Team, step_s: int, start: dt.datetime, end: dt.datetime
         rows = cursor.fetchall()
     if not rows:
         return None, []
-    return rows[0][0], [r[1:] for r in rows if r[1] is not None]
+    return StoredFill(*rows[0][:3]), [r[3:] for r in rows if r[3] is not None]
 
 
 class BucketFigures:
@@ -237,6 +256,8 @@ class BucketFigures:
         self.gpu_bits: dict[int, int] = {}  # k -> bitmap of Gpu ids
         self.gpu_ids: dict[int, list[int]] = {}  # k -> Gpu ids (from the rollups only)
         self.reporting: int | None = None
+        # Asked to add stored open cells (bucket_figures' open_cells) that are gone.
+        self.open_cells_missing = False
 
     @classmethod
     def from_rows(cls, rows, step_s: int) -> BucketFigures:
@@ -265,7 +286,8 @@ class BucketFigures:
 
 
 _STORED_SQL = (
-    f"SELECT f.until, {', '.join(f'b.{c}' for c in BucketFigures.COLUMNS)} "
+    f"SELECT f.until, f.open_through, f.open_cells, "
+    f"{', '.join(f'b.{c}' for c in BucketFigures.COLUMNS)} "
     f"FROM {FleetFill._meta.db_table} f LEFT JOIN {FleetBucket._meta.db_table} b "
     "ON b.team_id = f.team_id AND b.step_s = f.step_s AND b.bucket >= %(start)s "
     "AND b.bucket < least(f.until, %(end)s) "
@@ -307,33 +329,74 @@ _FLEET_SQL = """
         NULL, NULL FROM per_host
     {reporting}
 """
-# Per GPU and display bucket: the rollup columns summed (alias, expression). date_part (double
-# precision), not extract (numeric): exact for whole-second buckets and cheaper per row.
-_CELL_SUMS = (("us", "r.util_sum"), ("un", "r.util_n"), ("ps", "coalesce(r.power_sum_w, 0)"),
-              ("pn", "r.power_n"), ("e", "r.energy_j"), ("sim", "r.simulated_samples"),
-              ("n", "r.samples"))
+# Per GPU and display bucket: the rollup columns summed (alias, the rollup row's expression,
+# FleetOpenCell's column holding its sum). date_part (double precision), not extract (numeric):
+# exact for whole-second buckets and cheaper per row.
+_CELL_SUMS = (("us", "r.util_sum", "util_sum"), ("un", "r.util_n", "util_n"),
+              ("ps", "coalesce(r.power_sum_w, 0)", "power_sum_w"), ("pn", "r.power_n", "power_n"),
+              ("e", "r.energy_j", "energy_j"), ("sim", "r.simulated_samples", "simulated_samples"),
+              ("n", "r.samples", "samples"))
+_TEAM_GPUS = (f"SELECT g.id AS gpu_id, g.host_id FROM {Host._meta.db_table} h JOIN "
+              f"{Gpu._meta.db_table} g ON g.host_id = h.id WHERE h.team_id = %(team)s")
+_K = "floor(date_part('epoch', {t}.bucket) / %(step)s)::bigint"
+_OPEN = FleetOpenCell._meta.db_table
+_OPEN_GEN = ("o.team_id = %(team)s AND o.step_s = %(step)s AND o.bucket = %(start)s"
+             " AND o.through = %(through)s")
+# The open cells of one generation, as the fill wrote them (team_open_cells_sql), stand in for
+# the rollup rows of [start, through).
+_OPEN_ROWS = (f"SELECT o.gpu_id, {_K.format(t='o')} AS k, "
+              + ", ".join(f"o.{c} AS {a}" for a, _, c in _CELL_SUMS)
+              + f" FROM {_OPEN} o WHERE {_OPEN_GEN}")
+_OPEN_PRESENT_SQL = f"""UNION ALL SELECT 3, (SELECT count(*) FROM (SELECT 1 FROM {_OPEN} o
+        WHERE {_OPEN_GEN} LIMIT 1) AS one), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL"""
 
 
-def _cell_sql(table: str, one_row_each: bool, by_team: bool = False) -> str:
+def team_open_cells_sql(table: str) -> str:
+    """The INSERT of a team's open cells over [start, through) from the `table` rollups: per GPU
+    the sums the page's cells take (_CELL_SUMS), so that its cells from them plus the rollup
+    rows after `through` are the cells it would sum from the rollups alone."""
+    columns = ", ".join(c for _, _, c in _CELL_SUMS)
+    sums = ", ".join(f"sum({e})" for _, e, _ in _CELL_SUMS)
+    return (f"INSERT INTO {_OPEN} (team_id, step_s, bucket, through, gpu_id, {columns}) "
+            f"SELECT %(team)s, %(step)s, %(start)s, %(through)s, r.gpu_id, {sums} FROM {table} r"
+            " WHERE r.bucket >= %(start)s AND r.bucket < %(through)s AND r.gpu_id IN"
+            f" (SELECT gpu_id FROM ({_TEAM_GPUS}) AS t) GROUP BY r.gpu_id")
+
+
+def _cell_sql(table: str, one_row_each: bool, by_team: bool = False,
+              open_cells: bool = False) -> str:
     """The `cell` CTE, each cell with its GPU's host. one_row_each: the display step is the
     rollup's own (the last hour's minutes, the week's hours, the quarter's days), so each rollup
     row is one cell -- no sort and group (a fifth of the live tail). The GPUs come as two
     parallel arrays (ids, their hosts' ids) joined to the rollups: the host of each cell without
     a join to the GPU table, and no `gpu_id = ANY(<1,000 ids>)`, which PostgreSQL plans by
     estimating each element's selectivity in turn (1.4 ms of a last-hour view's tail). bigint[],
-    the type of gpu_id: an int4 array made the comparison cross-type, which is not hashed."""
-    sums = ", ".join(f"{e} AS {a}" if one_row_each else f"sum({e}) AS {a}" for a, e in _CELL_SUMS)
-    k = "floor(date_part('epoch', r.bucket) / %(step)s)::bigint"
+    the type of gpu_id: an int4 array made the comparison cross-type, which is not hashed.
+    open_cells (by_team, the page's tail): the fill's open cells for [start, through), then the
+    rollup rows from `through` on."""
+    sums = ", ".join(f"{e} AS {a}" if one_row_each else f"sum({e}) AS {a}"
+                     for a, e, _ in _CELL_SUMS)
+    k = _K.format(t="r")
     in_range = "r.bucket >= %(start)s AND r.bucket < %(end)s"
-    team_gpus = (f"SELECT g.id AS gpu_id, g.host_id FROM {Host._meta.db_table} h JOIN "
-                 f"{Gpu._meta.db_table} g ON g.host_id = h.id WHERE h.team_id = %(team)s")
+    team_gpus = _TEAM_GPUS
+    if open_cells:
+        # The same cells as below, each the sum of its open cell and its rollup rows after it.
+        rows = (f"SELECT r.gpu_id, {k} AS k, " + ", ".join(f"{e} AS {a}" for a, e, _ in _CELL_SUMS)
+                + f" FROM {table} r WHERE r.bucket >= %(through)s AND r.bucket < %(end)s AND"
+                f" r.gpu_id IN (SELECT gpu_id FROM ({team_gpus}) AS t)")
+        outer = ", ".join(f"c.{a}" for a, _, _ in _CELL_SUMS)
+        summed = ", ".join(f"sum(x.{a}) AS {a}" for a, _, _ in _CELL_SUMS)
+        return (f"SELECT c.gpu_id, g.host_id, c.k, {outer} FROM (SELECT x.gpu_id, x.k, {summed}"
+                f" FROM ({_OPEN_ROWS} UNION ALL {rows}) AS x GROUP BY 1, 2) AS c"
+                f" JOIN {Gpu._meta.db_table} g ON g.id = c.gpu_id")
     if by_team and not one_row_each:
         # Summed per GPU and bucket first, over the rollup rows of the team's GPUs (a semi-join),
         # and only then given their hosts: the per-GPU hash aggregate then holds one entry per
         # cell (10,000) where grouping by host too sorted every row (50,000 minute rows of a
         # 10,000-GPU day view's live 5-minute bucket, spilling to disk at the default work_mem):
         # 35 instead of 48-50 ms.
-        outer = ", ".join(f"c.{a}" for a, _ in _CELL_SUMS)
+        outer = ", ".join(f"c.{a}" for a, _, _ in _CELL_SUMS)
         return (f"SELECT c.gpu_id, g.host_id, c.k, {outer} FROM (SELECT r.gpu_id, {k} AS k, {sums}"
                 f" FROM {table} r WHERE {in_range} AND r.gpu_id IN (SELECT gpu_id FROM"
                 f" ({team_gpus}) AS t) GROUP BY 1, 2) AS c JOIN {Gpu._meta.db_table} g"
@@ -346,7 +409,7 @@ def _cell_sql(table: str, one_row_each: bool, by_team: bool = False) -> str:
 
 
 # Each rollup's own step, from the one table of ranges and rollups (queries.RESOLUTION).
-_ROLLUP_STEP_S = {name: int(step.total_seconds()) for name, step in RESOLUTION.values()}
+ROLLUP_STEP_S = {name: int(step.total_seconds()) for name, step in RESOLUTION.values()}
 _REPORTING_SQL = """UNION ALL SELECT 2, count(DISTINCT gpu_id), NULL, NULL, NULL, NULL, NULL,
         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM cell"""
 
@@ -354,7 +417,8 @@ _REPORTING_SQL = """UNION ALL SELECT 2, count(DISTINCT gpu_id), NULL, NULL, NULL
 def bucket_figures(gpus: list[tuple[int, int]], resolution: str, start: dt.datetime,
                    end: dt.datetime, step_s: int, with_ids: bool = False,
                    count_reporting: bool | None = None, prepare: bool = False,
-                   team_id: int | None = None) -> BucketFigures:
+                   team_id: int | None = None,
+                   open_cells: tuple[dt.datetime, int] | None = None) -> BucketFigures:
     """The fleet's figures per display bucket over [start, end) (start a multiple of step_s)
     from the `resolution` rollups of `gpus` ((GPU id, its host's id) pairs), computed in
     PostgreSQL. with_ids: each bucket's GPUs as a bitmap (stored rollups, a stored page's tail).
@@ -363,15 +427,24 @@ def bucket_figures(gpus: list[tuple[int, int]], resolution: str, start: dt.datet
     every view; not the fill's ranges of hours to days, whose best plan depends on the span).
     team_id: `gpus` are every GPU of that team (the page's tail), so the statement selects them
     itself -- two arrays of 10,000 ids were 17 ms of a 10,000-GPU page's CPU to write out and
-    more for PostgreSQL to parse, on every view."""
+    more for PostgreSQL to parse, on every view.
+    open_cells (with team_id): (through, count) of the fill's open cells of the bucket at
+    `start` (FleetFill.open_through, open_cells): they stand in for the rollup rows of
+    [start, through). When that generation is gone (count > 0 and no row found) the result
+    says so (open_cells_missing) and its figures are not to be used."""
     if count_reporting is None:
         count_reporting = not with_ids
-    cell = _cell_sql(ROLLUPS[resolution]._meta.db_table, step_s == _ROLLUP_STEP_S[resolution],
-                     by_team=team_id is not None)
+    one_row_each = step_s == ROLLUP_STEP_S[resolution]
+    use_open = open_cells is not None and team_id is not None and not one_row_each
+    cell = _cell_sql(ROLLUPS[resolution]._meta.db_table, one_row_each,
+                     by_team=team_id is not None, open_cells=use_open)
     sql = _FLEET_SQL.format(cell=cell,
                             ids="array_agg(gpu_id)" if with_ids else "NULL::bigint[]",
-                            reporting=_REPORTING_SQL if count_reporting else "")
+                            reporting=(_REPORTING_SQL if count_reporting else "")
+                            + (_OPEN_PRESENT_SQL if use_open and open_cells[1] else ""))
     params = {"start": start, "end": end, "step": step_s}
+    if use_open:
+        params["through"] = open_cells[0]
     if team_id is None:
         params.update(gpus=store.int_array(g for g, _ in gpus),
                       hosts=store.int_array(h for _, h in gpus))
@@ -391,8 +464,10 @@ def bucket_figures(gpus: list[tuple[int, int]], resolution: str, start: dt.datet
                 out.gpu_bits[k] = gpu_bitmap(figures[12])
         elif kind == 1:
             by_host[k][int(figures[0])] = figures[1]
-        else:
+        elif kind == 2:
             out.reporting = k
+        else:
+            out.open_cells_missing = not k
     for k, energy in by_host.items():
         ids = sorted(energy)
         out.host_energy[k] = (np.array(ids, "<i4"), np.array([energy[h] for h in ids], "<f8"))

@@ -19,6 +19,11 @@ ingest path does no extra work. Which buckets a run recomputes:
   hour rollups, and each stored closed day with the day rollups (samples, GPUs, sum of GPU ids:
   any batch adds samples), then recomputed at every step for that hour or day. No marks are
   read (the KPI rollup deletes telemetry.LateHour rows as it consumes them).
+Open cells: each run also stores, for the grids whose display step spans several rollup steps
+(the day's 5 minutes, the month's 3 hours), the open bucket's complete rollup steps summed per
+GPU (FleetOpenCell), so that a view sums only the rollup rows since then instead of the whole
+open bucket (at 10,000 GPUs up to 60,000 minute rows, read again by every view). They are
+rewritten by every run, as the lookback's buckets are, so late data reach them at the next run.
 Partition drops: buckets at minute steps are kept only for the last day (DROP minute partitions
 are weeks older), hour and day rollups are never dropped, and a stored bucket is never
 recomputed from a period retention removed: stored figures stay exact across drops.
@@ -39,8 +44,13 @@ from greenops.chart_style import MAX_POINTS
 from greenops.db_router import read_connection
 from greenops.teams.models import Team
 from greenops.telemetry import late, store
-from greenops.telemetry.fleet import bucket_figures, display_step_s
-from greenops.telemetry.models import FleetBucket, FleetFill, IngestBatch
+from greenops.telemetry.fleet import (
+    ROLLUP_STEP_S,
+    bucket_figures,
+    display_step_s,
+    team_open_cells_sql,
+)
+from greenops.telemetry.models import ROLLUPS, FleetBucket, FleetFill, FleetOpenCell, IngestBatch
 from greenops.telemetry.queries import MAX_GPU_SERIES, RANGES, RESOLUTION, team_gpus
 from greenops.windows import DAY, ceil, floor
 
@@ -241,6 +251,27 @@ def _store(team: Team, grid: Grid, gpus: list[tuple[int, int]], start: dt.dateti
     return len(rows)
 
 
+def _store_open(team: Team, grid: Grid, fill: FleetFill | None, until: dt.datetime,
+                closed_by: dt.datetime) -> tuple[dt.datetime | None, int]:
+    """The open bucket's cells (FleetOpenCell) over its complete rollup steps, [until, through),
+    replacing all but the previous run's; returns (through, cells) for FleetFill, through None
+    when nothing of the bucket is complete yet or the grid is its rollup's own step (the open
+    bucket is then one rollup row per GPU, the cells would save nothing)."""
+    through = floor(closed_by, dt.timedelta(seconds=ROLLUP_STEP_S[grid.resolution]))
+    old = FleetOpenCell.objects.filter(team=team, step_s=grid.step_s)
+    if fill is not None and fill.open_through is not None and (
+            fill.until, fill.open_through) != (until, through):
+        old = old.exclude(bucket=fill.until, through=fill.open_through)
+    old.delete()
+    if through <= until:
+        return None, 0
+    with connection.cursor() as cursor:
+        cursor.execute(team_open_cells_sql(ROLLUPS[grid.resolution]._meta.db_table),
+                       {"team": team.id, "step": grid.step_s, "start": until,
+                        "through": through})
+        return through, cursor.rowcount
+
+
 def _merge(periods: list[tuple[dt.datetime, dt.datetime]]) -> list[tuple[dt.datetime, dt.datetime]]:
     out: list[list[dt.datetime]] = []
     for lo, hi in sorted(periods):
@@ -258,6 +289,7 @@ def fill_team(team: Team, now: dt.datetime | None = None) -> dict:
     if len(gpus) <= MAX_GPU_SERIES:  # the page draws per-GPU lines live: nothing to store
         FleetFill.objects.filter(team=team).delete()
         FleetBucket.objects.filter(team=team).delete()
+        FleetOpenCell.objects.filter(team=team).delete()
         return {}
     pairs = sorted((g.id, g.host_id) for g in gpus)
     gpu_ids = [g for g, _ in pairs]
@@ -301,10 +333,12 @@ def fill_team(team: Team, now: dt.datetime | None = None) -> dict:
                 stored += _store(team, grid, pairs, lo, hi)
             FleetBucket.objects.filter(team=team, step_s=grid.step_s,
                                        bucket__lt=want_start).delete()
+            through, cells = _store_open(team, grid, fill, until, closed_by)
             FleetFill.objects.update_or_create(
                 team=team, step_s=grid.step_s,
                 defaults={"start": want_start, "until": until, "filled_at": now,
-                          "duration_s": time.perf_counter() - t0})
+                          "duration_s": time.perf_counter() - t0, "open_through": through,
+                          "open_cells": cells})
         done[grid.step_s] = {"buckets": stored, "s": round(time.perf_counter() - t0, 3)}
     return done
 

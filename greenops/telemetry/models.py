@@ -587,6 +587,41 @@ class FleetFill(models.Model):
     until = models.DateTimeField()
     filled_at = models.DateTimeField()
     duration_s = models.FloatField(default=0)  # the last run's time for this team and step
+    # The open bucket (the one starting at `until`) summed per GPU over [until, open_through),
+    # its complete rollup steps at the run: open_cells FleetOpenCell rows. None: not stored
+    # (a grid whose display step is its rollup's own step has no partial bucket to keep).
+    open_through = models.DateTimeField(null=True)
+    open_cells = models.IntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "step_s"], name="fleet_fill_once")]
+
+
+class FleetOpenCell(models.Model):
+    """One GPU's rollup sums over the complete part of a team's open display bucket
+    ([bucket, through), bucket = FleetFill.until when written), stored by each fill run so that
+    a page view sums only the rollup rows after `through` for that bucket: at 10,000 GPUs the
+    day chart's open 5-minute bucket was up to 50,000 minute rows per view, read again by every
+    view (issue 35). Rewritten whole by every run, as the stored buckets of the lookback are,
+    so a late batch reaches it at the next run; the previous run's cells are kept until the
+    run after, for a page that read FleetFill just before a run replaced them."""
+
+    team = models.ForeignKey(Team, models.CASCADE, related_name="+", db_index=False)
+    step_s = models.IntegerField()
+    bucket = models.DateTimeField()
+    through = models.DateTimeField()
+    # No foreign key to check for each row rewritten every run: the page joins the GPUs, so a
+    # deleted one drops out.
+    gpu_id = models.BigIntegerField()
+    # The sums fleet._CELL_SUMS takes from the rollups, in the rollups' types.
+    util_sum = models.FloatField()
+    util_n = models.IntegerField()
+    power_sum_w = models.FloatField()
+    power_n = models.IntegerField()
+    energy_j = models.FloatField()
+    simulated_samples = models.IntegerField()
+    samples = models.IntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["team", "step_s", "bucket", "through"],
+                                name="fleet_open_cell_gen")]

@@ -503,3 +503,141 @@ def test_lookback_recomputes_only_the_hours_whose_rollups_changed(fleet, team):
     assert done[300]["buckets"] == 12 and done[60]["buckets"] == 31
     for key in RANGES:
         assert page(team, key) == live(team, key), key
+
+
+def test_open_bucket_cells_stand_in_for_its_complete_minutes(fleet, team, monkeypatch):
+    """Issue 35: each run stores the open display bucket's complete rollup steps summed per GPU
+    (FleetOpenCell), and a view adds only the rollup rows after them. At 12:30:30 (grace: 12:29:30)
+    the day chart's 12:25 bucket has its cells over [12:25, 12:29): the 12:25:30 samples of the
+    19 GPUs reporting (node-c's GPU 2 is silent). The page reads them: a cell changed by hand
+    shows -- node-a's GPU 0 (0 %) made 100 % moves the bucket's mean from 860/19 to 960/19 --
+    and it adds what came after 12:29 live."""
+    from greenops.telemetry import fleet as fleet_module
+    from greenops.telemetry import fleetroll
+    from greenops.telemetry.models import FleetFill, FleetOpenCell, Gpu
+
+    fleetroll.fill(NOW)
+    bucket, through = NOW.replace(minute=25, second=0), NOW.replace(minute=29, second=0)
+    fill = FleetFill.objects.get(team=team, step_s=300)
+    assert (fill.until, fill.open_through, fill.open_cells) == (bucket, through, 19)
+    assert FleetOpenCell.objects.filter(team=team, step_s=300, bucket=bucket,
+                                        through=through).count() == 19
+    # Steps that are their rollup's own (the hour's minutes, the week's hours, the quarter's
+    # days) keep none; the month's 3-hour bucket from 12:00 has no complete hour yet.
+    assert set(FleetFill.objects.filter(team=team, open_through__isnull=False)
+               .values_list("step_s", flat=True)) == {300}
+    calls = []
+    real = fleet_module.bucket_figures
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("open_cells"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fleet_module, "bucket_figures", spy)
+    fs = page(team, "day")
+    assert calls == [(through, 19)] and fs == live(team, "day")
+    k = at(fs, bucket)
+    assert fs["util_mean_pct"][k] == round(860 / 19, 2) and fs["gpus_reporting"][k] == 19
+    gpu0 = Gpu.objects.get(host=fleet["a"], index=0)
+    FleetOpenCell.objects.filter(team=team, step_s=300, gpu_id=gpu0.id).update(
+        util_sum=100.0 * 1)  # its one sample
+    assert page(team, "day")["util_mean_pct"][k] == round(960 / 19, 2)
+    fleetroll.fill(NOW)  # rewritten from the rollups
+    assert page(team, "day") == live(team, "day")
+    # A sample after the cells (12:29:40): read live, no run needed.
+    store(fleet["c"], [(2, NOW - dt.timedelta(seconds=50), 50.0, 250.0)])
+    fs = page(team, "day")
+    assert fs == live(team, "day") and fs["gpus_reporting"][k] == 20
+
+
+def test_a_late_sample_inside_the_open_cells_reaches_the_page_at_the_next_run(fleet, team):
+    """Like a stored bucket's: stale until the next run, then equal to the live figures."""
+    from greenops.telemetry import fleetroll
+
+    fleetroll.fill(NOW)
+    store(fleet["b"], [(0, NOW.replace(minute=26, second=10), 100.0, 333.0)])
+    assert page(team, "day") != live(team, "day")
+    fleetroll.fill(NOW)
+    assert page(team, "day") == live(team, "day")
+
+
+def test_open_cells_gone_fall_back_to_the_rollup_rows(fleet, team, monkeypatch):
+    """A view that read FleetFill before two runs replaced its cells finds none: it computes the
+    tail from the rollups alone (the test fails if it drew the bucket without them)."""
+    from greenops.telemetry import fleet as fleet_module
+    from greenops.telemetry import fleetroll
+    from greenops.telemetry.models import FleetOpenCell
+
+    fleetroll.fill(NOW)
+    FleetOpenCell.objects.filter(team=team).delete()
+    calls = []
+    real = fleet_module.bucket_figures
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("open_cells"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fleet_module, "bucket_figures", spy)
+    fs = page(team, "day")
+    assert calls == [(NOW.replace(minute=29, second=0), 19), None]
+    assert fs == live(team, "day")
+    assert fs["gpus_reporting"][at(fs, NOW.replace(minute=25, second=0))] == 19
+
+
+def test_each_run_keeps_the_previous_runs_cells_and_drops_older_ones(fleet, team):
+    """A view reads FleetFill, then the cells it names: the run after it must not have removed
+    them. 12:29:30 writes [12:25, 12:28), 12:30:30 [12:25, 12:29) and keeps the first, 12:31:30
+    (12:30 bucket, nothing complete yet) keeps only the second."""
+    from greenops.telemetry import fleetroll
+    from greenops.telemetry.models import FleetFill, FleetOpenCell
+
+    def generations():
+        return set(FleetOpenCell.objects.filter(team=team, step_s=300)
+                   .values_list("bucket", "through").distinct())
+
+    b25 = NOW.replace(minute=25, second=0)
+    fleetroll.fill(NOW - dt.timedelta(minutes=1))
+    assert generations() == {(b25, b25 + dt.timedelta(minutes=3))}
+    fleetroll.fill(NOW)
+    assert generations() == {(b25, b25 + dt.timedelta(minutes=3)),
+                             (b25, b25 + dt.timedelta(minutes=4))}
+    # The same generation again (the previous run's): rewritten, not doubled; the one before
+    # it is two runs old.
+    fleetroll.fill(NOW)
+    assert generations() == {(b25, b25 + dt.timedelta(minutes=4))}
+    assert FleetOpenCell.objects.filter(team=team, step_s=300).count() == 19
+    later = NOW + dt.timedelta(minutes=1)
+    fleetroll.fill(later)
+    assert generations() == {(b25, b25 + dt.timedelta(minutes=4))}
+    assert FleetFill.objects.get(team=team, step_s=300).open_through is None
+    for key in RANGES:
+        assert team_fleet_series_at(team, key, later) == live_at(team, key, later), key
+
+
+def test_open_cells_of_the_month_hours_at_any_clock(fleet, team):
+    """The month's 3-hour buckets from hour rollups: at 14:10 (fill at 14:09:10) the 12:00 bucket
+    has cells over 12:00-14:00 (12:00's samples; the fleet stopped at 12:25:30) and every range
+    equals the live figures; the same at 12:30:30 and 13:05."""
+    from greenops.telemetry import fleetroll
+    from greenops.telemetry.models import FleetFill
+
+    for clock in (NOW, NOW.replace(hour=13, minute=5), NOW.replace(hour=14, minute=10)):
+        fleetroll.fill(clock - dt.timedelta(seconds=50))
+        for key in RANGES:
+            assert team_fleet_series_at(team, key, clock) == live_at(team, key, clock), key
+    fill = FleetFill.objects.get(team=team, step_s=10800)
+    assert (fill.until, fill.open_through, fill.open_cells) == (
+        NOW.replace(minute=0, second=0), NOW.replace(hour=14, minute=0, second=0), 19)
+
+
+def live_at(team, key, clock):
+    from greenops.telemetry.fleet import fleet_series
+    from greenops.telemetry.queries import team_gpus
+
+    return fleet_series(team_gpus(team), key, clock)
+
+
+def team_fleet_series_at(team, key, clock):
+    from greenops.telemetry.fleet import team_fleet_series
+
+    return team_fleet_series(team, key, clock)
