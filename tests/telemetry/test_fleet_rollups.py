@@ -99,6 +99,21 @@ def at(fs: dict, t: dt.datetime) -> int:
     return fs["t"].index(t.isoformat())
 
 
+def spy_bucket_figures(monkeypatch, record) -> list:
+    """What record(*args, **kwargs) says of each bucket_figures call the page makes, in order."""
+    from greenops.telemetry import fleet as fleet_module
+
+    calls = []
+    real = fleet_module.bucket_figures
+
+    def spy(*args, **kwargs):
+        calls.append(record(*args, **kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fleet_module, "bucket_figures", spy)
+    return calls
+
+
 def test_hand_checked_buckets_from_stored_rollups(fleet, team):
     from greenops.telemetry import fleetroll
     from greenops.telemetry.models import FleetBucket, FleetFill
@@ -133,21 +148,14 @@ def test_hand_checked_buckets_from_stored_rollups(fleet, team):
 def test_stored_rows_are_what_the_page_reads(fleet, team, monkeypatch):
     """Change a stored bucket by hand: the page shows it (so the equality above is not the live
     path compared with itself), and reads the rollups only after the stored buckets."""
-    from greenops.telemetry import fleet as fleet_module
     from greenops.telemetry import fleetroll
     from greenops.telemetry.models import FleetBucket, FleetFill
 
     fleetroll.fill(NOW)
     hour = NOW.replace(minute=0, second=0) - 12 * HOUR
     FleetBucket.objects.filter(team=team, step_s=3600, bucket=hour).update(util_mean=12.345)
-    calls = []
-    real = fleet_module.bucket_figures
-
-    def spy(gpu_ids, resolution, start, end, step_s, **kwargs):
-        calls.append((resolution, start, end))
-        return real(gpu_ids, resolution, start, end, step_s, **kwargs)
-
-    monkeypatch.setattr(fleet_module, "bucket_figures", spy)
+    calls = spy_bucket_figures(
+        monkeypatch, lambda gpus, resolution, start, end, step_s, **kw: (resolution, start, end))
     fs = page(team, "week")
     assert fs["util_mean_pct"][at(fs, hour)] == 12.35
     until = FleetFill.objects.get(team=team, step_s=3600).until
@@ -159,18 +167,10 @@ def test_tail_reads_its_gpus_only_when_the_stored_buckets_lack_one(fleet, team, 
     """The GPUs reporting over a range are the stored buckets' GPUs plus the tail's: the tail
     is asked for its GPUs only when some team GPU is in no stored bucket, and a GPU whose first
     sample is in the tail is counted."""
-    from greenops.telemetry import fleet as fleet_module
     from greenops.telemetry import fleetroll
 
     fleetroll.fill(NOW)
-    asked = []
-    real = fleet_module.bucket_figures
-
-    def spy(*args, **kwargs):
-        asked.append(kwargs.get("with_ids"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(fleet_module, "bucket_figures", spy)
+    asked = spy_bucket_figures(monkeypatch, lambda *args, **kwargs: kwargs.get("with_ids"))
     # The week's stored hours hold all 21 GPUs (node-e's 27-29 h ago): no ids from the tail.
     fs = page(team, "week")
     assert asked == [False] and fs == live(team, "week")
@@ -512,7 +512,6 @@ def test_open_bucket_cells_stand_in_for_its_complete_minutes(fleet, team, monkey
     19 GPUs reporting (node-c's GPU 2 is silent). The page reads them: a cell changed by hand
     shows -- node-a's GPU 0 (0 %) made 100 % moves the bucket's mean from 860/19 to 960/19 --
     and it adds what came after 12:29 live."""
-    from greenops.telemetry import fleet as fleet_module
     from greenops.telemetry import fleetroll
     from greenops.telemetry.models import FleetFill, FleetOpenCell, Gpu
 
@@ -526,14 +525,7 @@ def test_open_bucket_cells_stand_in_for_its_complete_minutes(fleet, team, monkey
     # days) keep none; the month's 3-hour bucket from 12:00 has no complete hour yet.
     assert set(FleetFill.objects.filter(team=team, open_through__isnull=False)
                .values_list("step_s", flat=True)) == {300}
-    calls = []
-    real = fleet_module.bucket_figures
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs.get("open_cells"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(fleet_module, "bucket_figures", spy)
+    calls = spy_bucket_figures(monkeypatch, lambda *args, **kwargs: kwargs.get("open_cells"))
     fs = page(team, "day")
     assert calls == [(through, 19)] and fs == live(team, "day")
     k = at(fs, bucket)
@@ -564,20 +556,12 @@ def test_a_late_sample_inside_the_open_cells_reaches_the_page_at_the_next_run(fl
 def test_open_cells_gone_fall_back_to_the_rollup_rows(fleet, team, monkeypatch):
     """A view that read FleetFill before two runs replaced its cells finds none: it computes the
     tail from the rollups alone (the test fails if it drew the bucket without them)."""
-    from greenops.telemetry import fleet as fleet_module
     from greenops.telemetry import fleetroll
     from greenops.telemetry.models import FleetOpenCell
 
     fleetroll.fill(NOW)
     FleetOpenCell.objects.filter(team=team).delete()
-    calls = []
-    real = fleet_module.bucket_figures
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs.get("open_cells"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(fleet_module, "bucket_figures", spy)
+    calls = spy_bucket_figures(monkeypatch, lambda *args, **kwargs: kwargs.get("open_cells"))
     fs = page(team, "day")
     assert calls == [(NOW.replace(minute=29, second=0), 19), None]
     assert fs == live(team, "day")
