@@ -223,11 +223,10 @@ def _stored_rows(team: Team, step_s: int, start: dt.datetime, end: dt.datetime
                  ) -> tuple[StoredFill | None, list[tuple]]:
     """How far the team's fleet rollups at step_s are stored, if they are from `start` on
     (FleetFill's until and open cells, else None), and the stored buckets in
-    [start, min(until, end)) as
-    BucketFigures.COLUMNS in bucket order: one prepared statement, where the fill and the rows
-    were two ORM queries built on every view. In binary: each row carries two bytea arrays
-    (hosts and their joules) that text results sent as hex, a third of a 24-hour view's chart
-    time to decode."""
+    [start, min(until, end)) as BucketFigures.COLUMNS in bucket order: one prepared statement,
+    where the fill and the rows were two ORM queries built on every view. In binary: each row
+    carries two bytea arrays (hosts and their joules) that text results sent as hex, a third of
+    a 24-hour view's chart time to decode."""
     with store.server_bound_cursor(binary=True, prepare=True, using=read_connection()) as cursor:
         cursor.execute(_STORED_SQL, {"team": team.id, "step": step_s, "start": start,
                                      "end": end})
