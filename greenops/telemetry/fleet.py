@@ -350,6 +350,11 @@ _OPEN_PRESENT_SQL = f"""UNION ALL SELECT 3, EXISTS (SELECT 1 FROM {_OPEN} o WHER
         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"""
 
 
+# A team's rollup rows of [start, through), which its open cells sum.
+_OPEN_SPAN = ("r.bucket >= %(start)s AND r.bucket < %(through)s AND r.gpu_id IN"
+              f" (SELECT gpu_id FROM ({_TEAM_GPUS}) AS t)")
+
+
 def team_open_cells_sql(table: str) -> str:
     """The INSERT of a team's open cells over [start, through) from the `table` rollups: per GPU
     the sums the page's cells take (_CELL_SUMS), so that its cells from them plus the rollup
@@ -358,8 +363,15 @@ def team_open_cells_sql(table: str) -> str:
     sums = ", ".join(f"sum({e})" for _, e, _ in _CELL_SUMS)
     return (f"INSERT INTO {_OPEN} (team_id, step_s, bucket, through, gpu_id, {columns}) "
             f"SELECT %(team)s, %(step)s, %(start)s, %(through)s, r.gpu_id, {sums} FROM {table} r"
-            " WHERE r.bucket >= %(start)s AND r.bucket < %(through)s AND r.gpu_id IN"
-            f" (SELECT gpu_id FROM ({_TEAM_GPUS}) AS t) GROUP BY r.gpu_id")
+            f" WHERE {_OPEN_SPAN} GROUP BY r.gpu_id")
+
+
+def team_open_cells_current_sql(table: str) -> str:
+    """Whether a team's stored open cells of [start, through) still hold what the `table`
+    rollups do: the same samples (any batch adds samples; a GPU deleted, or one moved to
+    another team, takes its own away), as the fill's hour fingerprints compare them."""
+    return (f"SELECT (SELECT coalesce(sum(r.samples), 0) FROM {table} r WHERE {_OPEN_SPAN})"
+            f" = (SELECT coalesce(sum(o.samples), 0) FROM {_OPEN} o WHERE {_OPEN_GEN})")
 
 
 def _cell_sql(table: str, one_row_each: bool, by_team: bool = False,

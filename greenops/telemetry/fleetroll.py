@@ -48,6 +48,7 @@ from greenops.telemetry.fleet import (
     ROLLUP_STEP_S,
     bucket_figures,
     display_step_s,
+    team_open_cells_current_sql,
     team_open_cells_sql,
 )
 from greenops.telemetry.models import ROLLUPS, FleetBucket, FleetFill, FleetOpenCell, IngestBatch
@@ -256,8 +257,18 @@ def _store_open(team: Team, grid: Grid, fill: FleetFill | None, until: dt.dateti
     """The open bucket's cells (FleetOpenCell) over its complete rollup steps, [until, through),
     replacing all but the previous run's; returns (through, cells) for FleetFill, through None
     when nothing of the bucket is complete yet or the grid is its rollup's own step (the open
-    bucket is then one rollup row per GPU, the cells would save nothing)."""
+    bucket is then one rollup row per GPU, the cells would save nothing). Cells that still hold
+    what the rollups do are kept as they are: the month's change once an hour, and rewriting
+    10,000 of them every minute was ~0.15 s of each run at 10,000 GPUs."""
     through = floor(closed_by, dt.timedelta(seconds=ROLLUP_STEP_S[grid.resolution]))
+    table = ROLLUPS[grid.resolution]._meta.db_table
+    params = {"team": team.id, "step": grid.step_s, "start": until, "through": through}
+    if (fill is not None and through > until
+            and (fill.until, fill.open_through) == (until, through)):
+        with connection.cursor() as cursor:
+            cursor.execute(team_open_cells_current_sql(table), params)
+            if cursor.fetchone()[0]:
+                return through, fill.open_cells
     old = FleetOpenCell.objects.filter(team=team, step_s=grid.step_s)
     if fill is not None and fill.open_through is not None and (
             fill.until, fill.open_through) != (until, through):
@@ -266,9 +277,7 @@ def _store_open(team: Team, grid: Grid, fill: FleetFill | None, until: dt.dateti
     if through <= until:
         return None, 0
     with connection.cursor() as cursor:
-        cursor.execute(team_open_cells_sql(ROLLUPS[grid.resolution]._meta.db_table),
-                       {"team": team.id, "step": grid.step_s, "start": until,
-                        "through": through})
+        cursor.execute(team_open_cells_sql(table), params)
         return through, cursor.rowcount
 
 

@@ -531,8 +531,10 @@ def test_open_bucket_cells_stand_in_for_its_complete_minutes(fleet, team, monkey
     k = at(fs, bucket)
     assert fs["util_mean_pct"][k] == round(860 / 19, 2) and fs["gpus_reporting"][k] == 19
     gpu0 = Gpu.objects.get(host=fleet["a"], index=0)
+    # Its one sample at 100 %, and a second sample counted, so that the next run, which keeps
+    # cells whose samples still match the rollups', sees the change.
     FleetOpenCell.objects.filter(team=team, step_s=300, gpu_id=gpu0.id).update(
-        util_sum=100.0 * 1)  # its one sample
+        util_sum=100.0 * 1, samples=2)
     assert page(team, "day")["util_mean_pct"][k] == round(960 / 19, 2)
     fleetroll.fill(NOW)  # rewritten from the rollups
     assert page(team, "day") == live(team, "day")
@@ -585,8 +587,9 @@ def test_each_run_keeps_the_previous_runs_cells_and_drops_older_ones(fleet, team
     fleetroll.fill(NOW)
     assert generations() == {(b25, b25 + dt.timedelta(minutes=3)),
                              (b25, b25 + dt.timedelta(minutes=4))}
-    # The same generation again (the previous run's): rewritten, not doubled; the one before
-    # it is two runs old.
+    # The same generation again (the previous run's), after a late sample inside it: rewritten,
+    # not doubled; the one before it is two runs old.
+    store(fleet["b"], [(0, NOW.replace(minute=26, second=10), 100.0, 333.0)])
     fleetroll.fill(NOW)
     assert generations() == {(b25, b25 + dt.timedelta(minutes=4))}
     assert FleetOpenCell.objects.filter(team=team, step_s=300).count() == 19
@@ -625,3 +628,29 @@ def team_fleet_series_at(team, key, clock):
     from greenops.telemetry.fleet import team_fleet_series
 
     return team_fleet_series(team, key, clock)
+
+
+def test_open_cells_that_still_hold_the_rollups_are_not_rewritten(fleet, team):
+    """The month's cells change once an hour: a run that finds them holding the rollups' samples
+    keeps them (the same rows), and a late sample inside their hours has them rewritten, so the
+    page again equals the live figures."""
+    from greenops.telemetry import fleetroll
+    from greenops.telemetry.models import FleetOpenCell
+
+    clock = NOW.replace(hour=14, minute=10)
+
+    def cell_ids():
+        return set(FleetOpenCell.objects.filter(team=team, step_s=10800)
+                   .values_list("id", flat=True))
+
+    fleetroll.fill(clock - dt.timedelta(seconds=50))
+    first = cell_ids()
+    assert len(first) == 19
+    fleetroll.fill(clock - dt.timedelta(seconds=40))
+    assert cell_ids() == first
+    store(fleet["a"], [(5, NOW.replace(minute=20, second=10), 100.0, 150.0)])
+    assert team_fleet_series_at(team, "month", clock) != live_at(team, "month", clock)
+    fleetroll.fill(clock - dt.timedelta(seconds=30))
+    assert cell_ids().isdisjoint(first) and len(cell_ids()) == 19
+    for key in RANGES:
+        assert team_fleet_series_at(team, key, clock) == live_at(team, key, clock), key
